@@ -42,12 +42,16 @@ def _cell(value: Any) -> str:
 
 
 def _slots_cell(row: dict[str, Any]) -> str:
-    """The slots a row's run resolved; ``auto`` with its number (``32 (auto)``)."""
+    """The slots a row's run resolved; ``auto`` with its number (``32 (auto)``); pools that
+    differ each by name (``serve 2 / decode 1 (auto)``)."""
     resolved = row.get("batch_slots_resolved")
     if resolved is None:
         return _cell(row["batch_slots"])
-    number = "/".join(str(v) for v in resolved.values()) if isinstance(resolved, dict) else resolved
-    return f"{number} (auto)" if row["batch_slots"] == "auto" else str(number)
+    if isinstance(resolved, dict):
+        number = " / ".join(f"{name} {value}" for name, value in resolved.items())
+    else:
+        number = str(resolved)
+    return f"{number} (auto)" if row["batch_slots"] == "auto" else number
 
 
 def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
@@ -67,7 +71,7 @@ def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
             if fewer["why"]:
                 text += f": {fewer['why']}"
         if best["excluded_up_to_units"]:
-            text += f"; {best['excluded_up_to_units']} unit(s) and fewer missed conclusively"
+            text += f"; {best['excluded_up_to_units']} unit(s) and fewer ruled out by a miss"
         lines.append(text)
     if best.get("kv_trade"):
         lines.append(f"  {best['kv_trade']}")

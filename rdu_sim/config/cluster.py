@@ -10,7 +10,7 @@ describes every field; field paths are the `--set` paths (`pools.serve.replicas=
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -181,36 +181,47 @@ class TrafficConfig(StrictModel):
         return self
 
 
-class SLOConfig(StrictModel):
-    """Latency targets: a request meets the SLO when it meets both."""
-
-    ttft: Seconds = Field(gt=0, le=_MAX_SECONDS, description="time to first token target")
-    tpot: Seconds = Field(gt=0, le=_MAX_SECONDS, description="time per output token target")
-    attainment: float = Field(
-        default=0.99,
+TTFTTarget = Annotated[
+    Seconds, Field(gt=0, le=_MAX_SECONDS, description="time to first token target")
+]
+"""An SLO's TTFT target (SLOConfig's field and SLOOverride's: the bounds in one place)."""
+TPOTTarget = Annotated[
+    Seconds, Field(gt=0, le=_MAX_SECONDS, description="time per output token target")
+]
+"""An SLO's TPOT target."""
+Attainment = Annotated[
+    float,
+    Field(
         gt=0,
         le=1,
         description="fraction of all requests (rejected ones included) that must meet both "
         "targets for the cluster to meet its SLO",
-    )
+    ),
+]
+"""An SLO's attainment."""
+
+
+class SLOConfig(StrictModel):
+    """Latency targets: a request meets the SLO when it meets both."""
+
+    ttft: TTFTTarget
+    tpot: TPOTTarget
+    attainment: Attainment = 0.99
+
+
+def _kept(name: str) -> Any:
+    """An SLOOverride field: omitted (None) keeps the other SLO's; described as SLOConfig's."""
+    return Field(default=None, description=SLOConfig.model_fields[name].description)
 
 
 class SLOOverride(StrictModel):
     """Some of an SLO's fields over another SLO (a plan's over its cluster file's): the
-    one merge rule, ``over``; each field it omits keeps the other SLO's value."""
+    one merge rule, ``over``; each field it omits keeps the other SLO's value. Its fields
+    are SLOConfig's types (their bounds), each optional."""
 
-    ttft: Seconds | None = Field(
-        default=None, gt=0, le=_MAX_SECONDS, description="time to first token target"
-    )
-    tpot: Seconds | None = Field(
-        default=None, gt=0, le=_MAX_SECONDS, description="time per output token target"
-    )
-    attainment: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="fraction of all requests (rejected ones included) that must meet both targets",
-    )
+    ttft: TTFTTarget | None = _kept("ttft")
+    tpot: TPOTTarget | None = _kept("tpot")
+    attainment: Attainment | None = _kept("attainment")
 
     def over(self, slo: SLOConfig) -> SLOConfig:
         """``slo`` with the fields this gives replaced."""

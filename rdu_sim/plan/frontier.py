@@ -10,8 +10,9 @@ replicas that met the SLO, else (pruned or not met, never met) the most it tried
 (``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
 words.
 A row with a run also has its ``margin`` in requests (``plan.margin``), its resolved batch
-slots; a met row ``one_fewer`` (that run's margin, conclusive or not, and the half that
-failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
+slots, ``excluded_up_to_units`` (the most units its misses ruled out, run or not:
+``plan.search``); a met row ``one_fewer`` (that run's margin, conclusive or not, and the
+half that failed), ``kv_trade`` for a lossy KV policy and ``run_command`` reproducing it; a
 disaggregated row the ``kv_transfer`` link it ran with.
 ``frontier`` marks the Pareto-optimal rows among those that met the SLO: no other needs no
 more sockets for at least as much goodput.
@@ -113,7 +114,7 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
         "batch_slots_resolved": None,
         "margin": None,
         "one_fewer": None,
-        "excluded_up_to_units": search.failing,
+        "excluded_up_to_units": search.excluded,
         "kv_trade": None,
         "kv_transfer": None,
         "run_command": None,
@@ -145,10 +146,9 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
             row["goodput_one_unit_fewer"] = None if below is None else below["goodput_fraction"]
         if search.status == "met":
             row["kv_trade"] = _kv_trade(configuration, metrics)
-            paths = plan.set_paths(configuration, units)
-            row["run_command"] = " ".join(
+            row["run_command"] = " ".join(  # the overrides build() applied: the same cluster
                 ["rdu-sim", "run", shlex.quote(_runnable(plan.base_file))]
-                + [shlex.quote(f"--set={k}={v}") for k, v in paths.items()]
+                + [shlex.quote(f"--set={arg}") for arg in plan.set_args(configuration, units)]
             )
     if configuration.ratio is not None:
         link = plan.kv_transfer or KVTransferConfig()

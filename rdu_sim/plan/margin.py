@@ -5,11 +5,14 @@ near the target can fall either side of it for reasons that have nothing to do w
 capacity (which requests happen to meet a discrete batch boundary): the plan has seen 3
 replicas meet 0.99 of 400 requests, 4 miss it by one request, 5 meet it. The search
 (``plan.search``) therefore trusts a miss to exclude every smaller count only when it is
-**conclusive**: its shortfall exceeds two binomial standard errors of an attainment at the
-target over the run's requests, ``2 sqrt(a (1 - a) / n)`` (``a`` the target attainment; the
-two-standard-error rule). A smaller shortfall is within sampling noise: *inconclusive*, so
-the search keeps evaluating counts below it. At ``a = 1`` the error is 0: any miss is
-conclusive.
+**conclusive**: its shortfall in requests exceeds two binomial standard errors of an
+attainment at the target over the run's ``n`` requests, ``2 sqrt(a (1 - a) n)`` (``a`` the
+target attainment), and never less than one request (``MIN_NOISE``): the two-standard-error
+rule with a floor of one request. A smaller shortfall is within sampling noise:
+*inconclusive*, so the search keeps the count just below it open. The floor keeps the rule
+from degenerating where the error vanishes: at ``a = 1`` it is 0, at ``n = 10`` and
+``a = 0.99`` 0.63 requests, so missing by the one request a discrete batch boundary can
+move would otherwise be conclusive (3 replicas meeting 1.0 of 400, 4 missing it by one).
 
 Counts in requests: ``needed`` is the fewest requests meeting the SLO for the run to meet it
 (``met / n >= a``, as the cluster's goodput counts it), ``met`` those that did.
@@ -27,6 +30,10 @@ from rdu_sim.config.cluster import SLOConfig
 STANDARD_ERRORS = 2.0
 """A miss is conclusive when it falls short by more than this many standard errors."""
 
+MIN_NOISE = 1.0
+"""A conclusive miss also falls short by more than this many requests: one by a single
+request never is."""
+
 
 def needed(attainment: float, requests: int) -> int:
     """The fewest requests meeting both targets for ``met / requests >= attainment``."""
@@ -40,8 +47,9 @@ def needed(attainment: float, requests: int) -> int:
 
 def noise(attainment: float, requests: int) -> float:
     """The sampling noise of an attainment at the target, in requests: ``STANDARD_ERRORS``
-    binomial standard errors, ``2 sqrt(a (1 - a) n)``."""
-    return STANDARD_ERRORS * math.sqrt(attainment * (1.0 - attainment) * requests)
+    binomial standard errors, ``2 sqrt(a (1 - a) n)``, at least ``MIN_NOISE``."""
+    spread = STANDARD_ERRORS * math.sqrt(attainment * (1.0 - attainment) * requests)
+    return max(spread, MIN_NOISE)
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,10 @@ class Margin:
         return self.met - self.needed
 
     @property
-    def conclusive(self) -> bool:
-        """A miss by more than its sampling noise (a met run: True)."""
-        return self.by >= 0 or -self.by > self.noise
+    def conclusive(self) -> bool | None:
+        """Whether a miss is by more than its sampling noise; None for a met run (no miss
+        to judge: its JSON says null)."""
+        return None if self.by >= 0 else -self.by > self.noise
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,7 +84,7 @@ class Margin:
 
     def words(self) -> str:
         """``met by 4 of 400 requests`` or ``missed by 1 of 400 requests, inconclusive
-        (within 2 standard errors of the attainment, 4.0 requests)``."""
+        (within 2 standard errors of the attainment or one request, 4.0 requests)``."""
         if self.by >= 0:
             counts = f"{self.met:,} met, {self.needed:,} needed"
             return f"met by {self.by} of {self.requests:,} requests ({counts})"
@@ -83,7 +92,8 @@ class Margin:
         within = "beyond" if self.conclusive else "within"
         return (
             f"missed by {-self.by} of {self.requests:,} requests, {verdict} ({within} "
-            f"{STANDARD_ERRORS:g} standard errors of the attainment, {self.noise:.1f} requests)"
+            f"{STANDARD_ERRORS:g} standard errors of the attainment or one request, "
+            f"{self.noise:.1f} requests)"
         )
 
 
@@ -100,4 +110,4 @@ def margin(metrics: Mapping[str, Any], slo: SLOConfig) -> Margin | None:
 def conclusive_miss(metrics: Mapping[str, Any], slo: SLOConfig) -> bool:
     """Whether a run that missed the SLO excludes every smaller replica count."""
     found = margin(metrics, slo)
-    return found is None or found.conclusive
+    return found is None or found.conclusive is True

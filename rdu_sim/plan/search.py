@@ -6,13 +6,16 @@ For each configuration (tp x slots x KV policy x disaggregation) the number of r
 fewest ``n`` that met it. More replicas of one configuration serve the same arrivals with
 more capacity, so meeting the SLO is *nearly* monotone in ``n``; not exactly, as discrete
 batching makes attainment near the target noisy (3 replicas meeting 0.99 of 400 requests,
-4 missing it by one, 5 meeting it). So a miss excludes the counts below it only when it is
-**conclusive**, short by more than two binomial standard errors of the attainment
-(``plan.margin``); an inconclusive miss leaves them open, and the search evaluates below
-it until a conclusive miss or 1. The answer is the fewest units that met the SLO among
-those evaluated, and every count below it was evaluated or is at or below a conclusive
-miss. Where every miss is conclusive this is the former doubling and bisection, run for
-run; a test checks the answer against brute force.
+4 missing it by one, 5 meeting it). So a miss excludes every count below it only when it
+is **conclusive**, short by more than two binomial standard errors of the attainment
+(``plan.margin``); an *inconclusive* miss at ``m`` leaves the count just below it,
+``m - 1``, open and excludes ``m - 2`` and fewer. The answer is the fewest units that met
+the SLO among those evaluated; every count below it was evaluated, or is at or below a
+conclusive miss, or two or more below an inconclusive miss. Bisection stays bisection: a
+run at the middle of the open range leaves at most half of it plus one count open, so a
+plateau of inconclusive misses costs a few runs more than bisection, not one per count.
+Where every miss is conclusive this is the former doubling and bisection, run for run; a
+test checks the answer against brute force.
 
 Pruning (branch and bound): once some configuration meets the SLO on S sockets, no
 configuration tries more than S sockets (``n <= S / (unit x tp)``); a configuration whose
@@ -65,6 +68,7 @@ class Search:
     device: str = "socket"  # what one device is called (ClusterScenario.device)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)  # units -> metrics
     failing: int = 0  # most units a conclusive miss excludes (it and every count below)
+    excluded: int = 0  # most units any miss excludes (an inconclusive one: two below it)
     passing: int | None = None  # fewest units known to meet the SLO
     status: str = "searching"  # searching | met | not met | infeasible | pruned | error
     reason: str = ""
@@ -78,9 +82,10 @@ class Search:
         """The next unit count to evaluate, or None when the search of this one is over.
 
         Doubling until a count meets the SLO, then bisecting below it; a count is settled
-        when evaluated or at most ``failing`` (a conclusive miss, ``plan.margin``), so an
-        inconclusive miss leaves the counts below it open. Counts above ``best_sockets``
-        (another configuration's answer) are not tried."""
+        when evaluated or at most ``excluded`` (a conclusive miss's count, an inconclusive
+        one's less two: ``record``), so an inconclusive miss leaves the count just below it
+        open, even when nothing met (the cap's miss may hide a meet one below it). Counts
+        above ``best_sockets`` (another configuration's answer) are not tried."""
         if self.status != "searching":
             return None
         cap = self.max_units
@@ -105,13 +110,13 @@ class Search:
                 replicas = human.count(self.max_units * self.configuration.unit, "replica")
                 self.finish("not met", f"search.max_replicas reached ({replicas})")
             return None
-        middle = (self.failing + (limit if self.passing is None else self.passing)) // 2
+        middle = (self.excluded + (limit if self.passing is None else self.passing)) // 2
         return min(still, key=lambda n: (abs(n - middle), n))
 
     def _open(self, limit: int) -> list[int]:
-        """The unit counts below ``limit`` neither evaluated nor excluded by a conclusive
-        miss (``failing``)."""
-        return [n for n in range(self.failing + 1, limit) if n not in self.results]
+        """The unit counts below ``limit`` neither evaluated nor excluded by a miss
+        (``excluded``)."""
+        return [n for n in range(self.excluded + 1, limit) if n not in self.results]
 
     def record(self, units: int, row: Mapping[str, Any]) -> None:
         """Take one evaluated point into account."""
@@ -127,6 +132,9 @@ class Search:
         else:
             if conclusive_miss(metrics, self.slo):
                 self.failing = max(self.failing, units)
+                self.excluded = max(self.excluded, units)
+            else:  # within noise: the count just below may meet (3 met, 4 missed by one)
+                self.excluded = max(self.excluded, units - 2)
             self.stopped = stop_rule(metrics, self.slo)
             if self.stopped:
                 self.finish("not met", short(self.stopped))

@@ -1,21 +1,25 @@
 """Load a plan spec: validate it, load its base cluster, enumerate its configurations.
 
 Each configuration (tp, batch slots, KV policy, disaggregation) is turned, for a number of
-replica units, into a cluster: the base cluster file's data with its one pool replaced by
-the configuration's pool(s). The cluster is built through ``cluster.build_cluster``, the same
-path as ``rdu-sim run CLUSTER``, so a configuration the config refuses (a tp that does not
-divide the heads) fails with the config's own message.
+replica units, into a cluster: the base cluster file's data with the configuration's
+``--set`` paths applied (``LoadedPlan.set_paths``: its one pool edited, a decode pool added
+for a disaggregation). The cluster is built through ``cluster.build_cluster``, the same path
+as ``rdu-sim run CLUSTER --set ...``, so the answer's printed command runs the cluster the
+plan evaluated, and a configuration the config refuses (a tp that does not divide the heads)
+fails with the config's own message.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rdu_sim import human
 from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
@@ -25,7 +29,9 @@ from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.overrides import parse_override
 from rdu_sim.config.plan import PlanSpec, parse_ratio
+from rdu_sim.config.units import parse_seconds
 from rdu_sim.kv import policy_names
 from rdu_sim.provenance import outside_code
 from rdu_sim.sweep.key import config_key, resolved_config
@@ -209,79 +215,118 @@ class LoadedPlan:
         axes = itertools.product(splits, slots, policies, search.disaggregation)
         return [Configuration(*values) for values in axes]
 
+    def decode_pool(self) -> str:
+        """The name of the decode pool a disaggregated configuration adds beside the template
+        pool (which becomes its prefill pool, keeping its name)."""
+        return "decode" if self.pool_name != "decode" else "decode_pool"
+
     def set_paths(self, configuration: Configuration, units: int) -> dict[str, Any]:
-        """The ``--set`` paths that make the cluster file into ``configuration`` at ``units``
-        (``rdu-sim run CLUSTER --set ...`` reproduces a plan's answer; the plan's SLO fields
-        too): the template pool becomes the prefill pool of a disaggregation, and a decode
-        pool beside it takes the same workload and fields."""
+        """The ``--set`` paths that make the cluster file into ``configuration`` at ``units``,
+        with their values: the template pool's replicas and fields; for a disaggregation, the
+        template pool as the prefill pool and a decode pool beside it with the same workload
+        and fields; for mixed replicas, no KV link (``kv_transfer`` null: the config refuses
+        one without prefill and decode pools); the plan's SLO fields, durations with their
+        unit (:func:`exact_duration`). :meth:`build` applies them to the cluster file's data,
+        so the cluster evaluated is the one ``rdu-sim run CLUSTER --set ...`` runs."""
         pool = f"pools.{self.pool_name}"
         fields = {f"{pool}.set.{path}": value for path, value in configuration.overrides().items()}
         ratio = configuration.ratio
         paths: dict[str, Any] = {f"{pool}.replicas": units if ratio is None else ratio[0] * units}
-        if ratio is not None:
-            decode = "decode" if self.pool_name != "decode" else "decode_pool"
+        if ratio is None:
+            if self.base_data.get("kv_transfer") is not None:
+                paths["kv_transfer"] = None
+        else:
+            decode = f"pools.{self.decode_pool()}"
             template = self.base_data["pools"][self.pool_name]
             paths[f"{pool}.role"] = "prefill"
-            paths[f"pools.{decode}.workload"] = template["workload"]
-            paths[f"pools.{decode}.replicas"] = ratio[1] * units
-            paths[f"pools.{decode}.role"] = "decode"
+            paths[f"{decode}.workload"] = template["workload"]
+            paths[f"{decode}.replicas"] = ratio[1] * units
+            paths[f"{decode}.role"] = "decode"
             for path, value in (template.get("set") or {}).items():
-                paths[f"pools.{decode}.set.{path}"] = value
-            fields.update({k.replace(pool, f"pools.{decode}", 1): v for k, v in fields.items()})
+                paths[f"{decode}.set.{path}"] = value
+            fields.update({k.replace(pool, decode, 1): v for k, v in fields.items()})
         slo = self.spec.slo.model_dump(exclude_none=True) if self.spec.slo is not None else {}
-        return {**paths, **fields, **{f"slo.{name}": value for name, value in slo.items()}}
+        written = {
+            name: exact_duration(value) if name in ("ttft", "tpot") else value
+            for name, value in slo.items()
+        }
+        return {**paths, **fields, **{f"slo.{name}": value for name, value in written.items()}}
+
+    def set_args(self, configuration: Configuration, units: int) -> list[str]:
+        """:meth:`set_paths` as ``--set`` arguments, ``PATH=VALUE``, each value written as
+        the override parser reads it back (:func:`written_value`)."""
+        return [
+            f"{path}={written_value(value)}"
+            for path, value in self.set_paths(configuration, units).items()
+        ]
 
     def build(self, configuration: Configuration, units: int) -> PlanPoint:
         """The cluster of ``configuration`` at ``units`` replica units (ConfigError if the
-        config refuses it)."""
-        data = copy.deepcopy(self.base_data)
-        template = dict(data["pools"][self.pool_name])
-        fields = {**dict(template.get("set") or {}), **configuration.overrides()}
-        ratio = configuration.ratio
-        if ratio is None:
-            pools = {self.pool_name: {**template, "replicas": units, "set": fields}}
-        else:
-            pools = {
-                "prefill": {
-                    **template,
-                    "replicas": ratio[0] * units,
-                    "role": "prefill",
-                    "set": fields,
-                },
-                "decode": {
-                    **template,
-                    "replicas": ratio[1] * units,
-                    "role": "decode",
-                    "set": fields,
-                },
-            }
-        data["pools"] = pools
-        data["slo"] = self.slo.model_dump()
-        if ratio is None:  # the link carries nothing without prefill and decode pools
-            data.pop("kv_transfer", None)
+        config refuses it): the cluster file's data with :meth:`set_args` applied by the
+        cluster loader, the one rule the printed ``reproduce:`` command runs too."""
         cluster = build_cluster(
-            data, file=str(self.base_file), set_origins=self.origins(configuration)
+            self.base_data,
+            file=str(self.base_file),
+            overrides=self.set_args(configuration, units),
+            set_origins=self.origins(configuration),
+            overrides_from=PLAN_SET,
         )
-        resolved = {
-            "cluster": cluster.config.model_dump(
-                mode="json", exclude={"name", "description", "pools"}
-            ),
-            "pools": [
-                {
-                    "name": p.name,
-                    "role": p.role,
-                    "replicas": p.replicas,
-                    **resolved_config(p.scenario),
-                }
-                for p in cluster.pools
-            ],
-            "trace_sha256": _trace_digest(cluster),
-        }
-        router = outside_code(None, cluster.config.router.policy)
-        if router:  # a plugin's router, by its code (none for rdu-sim's: keys unchanged)
-            resolved["plugins"] = router
+        resolved = resolved_cluster(cluster)
         overrides = {**configuration.describe(), "units": units, "replicas": cluster.replicas}
         return PlanPoint(config_key(resolved), overrides, resolved, cluster)
+
+
+PLAN_SET = "the plan's configuration"
+"""Where a plan point's overrides of the cluster file come from, which an error at one names
+(``(from the plan's configuration: pools.serve.replicas)``)."""
+
+
+def exact_duration(seconds: float) -> str:
+    """``seconds`` with the unit that fits (``rdu_sim.human.duration``), to the fewest
+    significant digits the config's parser reads back as the same float: ``10 us`` for
+    ``10 us`` parsed (9.999999999999999e-06); bare seconds if no such text exists."""
+    for digits in range(3, 18):
+        text = human.duration(seconds, digits)
+        try:
+            if parse_seconds(text) == seconds:
+                return text
+        except ValueError:  # a form the parser does not take ('1,000 days')
+            break
+    return repr(seconds)
+
+
+def written_value(value: Any) -> str:
+    """``value`` as a ``--set`` value the override parser (YAML) reads back equal: a string
+    as itself when it reads back so, else JSON (a YAML subset), else YAML's flow form."""
+    candidates = [value] if isinstance(value, str) else []
+    candidates.append(json.dumps(value, ensure_ascii=False))
+    flow = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, allow_unicode=True)
+    candidates.append(flow.removesuffix("\n").removesuffix("\n...").strip())
+    for text in candidates:
+        try:
+            if parse_override(f"value={text}")[1] == value:
+                return str(text)
+        except ConfigError:
+            continue
+    return str(candidates[-1])
+
+
+def resolved_cluster(cluster: ClusterScenario) -> dict[str, Any]:
+    """Everything a cluster run depends on, as plain data (the point key's input): the
+    cluster's fields but its pools, each pool resolved (``provenance.resolved_config``),
+    its trace's digest, a plugin router's code."""
+    resolved: dict[str, Any] = {
+        "cluster": cluster.config.model_dump(mode="json", exclude={"name", "description", "pools"}),
+        "pools": [
+            {"name": p.name, "role": p.role, "replicas": p.replicas, **resolved_config(p.scenario)}
+            for p in cluster.pools
+        ],
+        "trace_sha256": _trace_digest(cluster),
+    }
+    router = outside_code(None, cluster.config.router.policy)
+    if router:  # a plugin's router, by its code (none for rdu-sim's: keys unchanged)
+        resolved["plugins"] = router
+    return resolved
 
 
 def _trace_digest(cluster: ClusterScenario) -> str | None:
