@@ -726,6 +726,13 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
     beside = "beside the weights" + stack.kv_share_words()
+    if stack.dynamic_batch:  # a paged pool holds requests, not slots of max_context
+        least = smallest_request_pages(scenario)
+        beside = (
+            f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
+            f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
+            "each request reserves its prompt and output tokens at admission)"
+        )
     if not holds:
         fit = f"not even one fits {beside}"
     elif holds == runs:
