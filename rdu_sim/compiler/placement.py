@@ -771,6 +771,11 @@ def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
     how much)."""
     if slots <= holds or not holds:
         return ""
+    if scenario.stack.dynamic_batch:  # a pool of pages: no slot holds memory of its own
+        return (
+            f"; the {human.count(slots - holds, 'slot')} beyond them take a request only "
+            "when the pool's free pages hold its reservation"
+        )
     beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
     spills = "HBM the weights would have had, which the steps read from DDR instead"
     if not scenario.stack.kv_share_words():
