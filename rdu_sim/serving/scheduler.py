@@ -323,8 +323,9 @@ class Scheduler(Driven):
 
     def leaves(self, request: int, generated: int) -> None:
         """``request`` left this server (completed, or its KV cache sent on) after
-        ``generated`` output tokens: its tokens leave the load."""
+        ``generated`` output tokens: its tokens leave the load, its KV pages the pool."""
         self.load.add(-self._prompts[request] - generated)
+        self.kv.give_back(request, self.clock.now)
 
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
@@ -681,7 +682,6 @@ class Scheduler(Driven):
         self._finish_ps[request] = now
         self._completions[request] += 1
         self.slots.release(slot)
-        self.kv.give_back(request, now)
         self.completed += 1
         self.leaves(request, self._outputs[request])
         self.handoff.left(request)
