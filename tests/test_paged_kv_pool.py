@@ -149,9 +149,7 @@ def test_a_pool_that_never_binds_changes_nothing_and_a_tight_one_does() -> None:
     a pool of a few requests delays admissions and never overfills."""
     base = ServerConfig(16, 1024, decode_rows="ladder")
     static = _serve(base)
-    roomy = _serve(
-        ServerConfig(16, 1024, decode_rows="ladder", kv_pool=PagedKV(64, 10_000, 1024))
-    )
+    roomy = _serve(ServerConfig(16, 1024, decode_rows="ladder", kv_pool=PagedKV(64, 10_000, 1024)))
     for field in ("admit_ps", "first_token_ps", "finish_ps", "slot"):
         assert np.array_equal(getattr(static, field), getattr(roomy, field)), field
     assert static.counts.kv_pages_peak == 0 and roomy.counts.kv_pages_peak > 0
@@ -161,11 +159,9 @@ def test_a_pool_that_never_binds_changes_nothing_and_a_tight_one_does() -> None:
 
 
 def test_static_stacks_keep_their_slots() -> None:
-    """SN40L (no kv_page_tokens): no pool in the plan or the report, and the capacity is
-    max_context slots: one more slot does not fit."""
-    result = api.run(
-        "llama3.1-8b-1socket", {"serving.requests": 20, "serving.max_context": 4096}
-    )
+    """SN40L (no kv_page_tokens): no pool in the plan or the report, and the KV cache is
+    the slots' own (each slot's bytes times the slots)."""
+    result = api.run("llama3.1-8b-1socket", {"serving.requests": 20, "serving.max_context": 4096})
     summary = result.summary()
     assert summary.kv_pool is None and "kv_pool" not in summary.to_dict()
     assert result.placement.kv_pool is None

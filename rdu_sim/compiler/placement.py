@@ -57,8 +57,8 @@ from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.overrides import override_for
-from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.config.parallelism import replica_devices
+from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.graph import operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
@@ -315,9 +315,7 @@ def smallest_request_pages(scenario: Scenario) -> int:
     output = 1 if serving.trace is not None else least(serving.output_tokens)
     prompt = max(1, min(prompt, serving.max_context - 1))
     output = max(1, min(output, serving.max_context - prompt))
-    return reserved_pages(
-        prompt, output, slot_tokens(scenario), page, rollback_tokens(scenario)
-    )
+    return reserved_pages(prompt, output, slot_tokens(scenario), page, rollback_tokens(scenario))
 
 
 def pool_pages(
