@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from rdu_sim import api
+from rdu_sim.compiler.placement import plan_memory
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.paged import PagedKV, reserved_pages
+from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import ServerConfig
@@ -108,7 +110,7 @@ def test_admissions_wait_for_free_pages(l8: Path) -> None:
     assert "take a request only when the pool's free pages hold" in summary.capacity
 
 
-@pytest.mark.filterwarnings("ignore:prompts of up to")
+@pytest.mark.filterwarnings("ignore:.*prompts of up to")
 def test_a_request_bigger_than_the_pool_is_refused(l8: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         api.run(
@@ -166,3 +168,19 @@ def test_static_stacks_keep_their_slots() -> None:
     assert summary.kv_pool is None and "kv_pool" not in summary.to_dict()
     assert result.placement.kv_pool is None
     assert summary.kv_bytes_per_slot * summary.batch_slots == summary.memory["hbm"].kv_bytes
+
+
+@pytest.mark.parametrize("stack", ["tensorrt-llm", "vllm-2024"])
+def test_the_pool_is_the_stacks_kv_room_in_whole_pages(stack: str) -> None:
+    """TensorRT-LLM's kv_memory_fraction and vLLM's memory_utilization give the room
+    (``StackConfig.kv_room``); the pool is that room in whole pages, whatever the slots."""
+    scenario = load_scenario(
+        "workloads/llama3.1-8b-1socket.yaml", overrides={"hardware": "dgx-h100", "stack": stack}
+    )
+    for slots in (8, 64):
+        plan = plan_memory(scenario, slots)
+        pool, hbm = plan.kv_pool, plan.tiers["hbm"]
+        assert pool is not None and pool.page_tokens == scenario.stack.kv_page_tokens
+        room = scenario.stack.kv_room(hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes)
+        assert pool.pages == int(room // pool.page_bytes) > 0
+        assert hbm.kv_bytes == pool.pages * pool.page_bytes <= room

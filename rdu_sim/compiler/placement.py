@@ -620,14 +620,6 @@ def plan_memory(
             f"before the weights ({human.size(weights, 4)}, {where}: "
             f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
         )
-    if pool is not None and pool.pages < 1:
-        raise SlotsCapacityError(
-            f"the stack's KV pool has not one page ({pool.page_tokens} tokens, "
-            f"{human.size(pool.page_bytes, 4)} per {device_noun(scenario.hardware)}) beside "
-            f"the weights and the activations of {batch_slots} slots "
-            f"({human.size(act, 4)}){scenario.stack.kv_share_words()}; "
-            f"{_join(shrink_hints(scenario, kv=False, weights=True, slots=batch_slots))}"
-        )
     room = hbm_cap - act - kv
     draft_kv = 0 if pool is not None else draft_kv_bytes(scenario, batch_slots)
     tensors: list[TensorPlacement] = [
@@ -677,6 +669,14 @@ def plan_memory(
             f"{_join(hints)}"
         )
         raise CapacityError(scenario.at_field("parallelism", problem))
+    if pool is not None and pool.pages < 1:  # the weights fit, and leave no page
+        raise SlotsCapacityError(
+            f"the stack's KV pool has not one page ({pool.page_tokens} tokens, "
+            f"{human.size(pool.page_bytes, 4)} per {device_noun(scenario.hardware)}) beside "
+            f"the weights and the activations of {batch_slots} slots "
+            f"({human.size(act, 4)}){scenario.stack.kv_share_words()}; "
+            f"{_join(shrink_hints(scenario, kv=False, weights=True, slots=batch_slots))}"
+        )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
         "hbm": TierUsage(
