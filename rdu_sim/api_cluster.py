@@ -188,6 +188,9 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 scenario.stack.prefill_batch_tokens,
                 scenario.stack.mixed_batching,
                 scenario.stack.decode_rows,
+                # a paged pool's admissions (a decode replica's requests arrive with their
+                # KV cache, into slots the hand-off reserves: they take no pages here)
+                kv_pool=placement.kv_pool,
             ),
             policy=scenario.kv_policy,
             step_times=times,

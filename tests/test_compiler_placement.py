@@ -260,7 +260,13 @@ def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None
         slots = scenario.workload.serving.slots_for(lambda: 0)
         return capacity_words(scenario, holds, batch_capacity(scenario), slots), scenario, slots
 
-    gpu = {"hardware": "dgx-h100", "serving.max_context": 32768, "stack.max_batch_slots": 4}
+    # static slots on the GPU (a paged pool's words: tests/test_paged_kv_pool.py)
+    gpu = {
+        "hardware": "dgx-h100",
+        "serving.max_context": 32768,
+        "stack.max_batch_slots": 4,
+        "stack.kv_page_tokens": None,
+    }
     told, scenario, slots = explained({**gpu, "serving.batch_slots": 16})
     assert told == (
         "serving.batch_slots sets 16; at most 14 fit beside the weights in the stack's KV "
@@ -296,7 +302,8 @@ def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
     one slot fits beside the weights, lowering the batch is not offered."""
     h200 = load_scenario(
         "workloads/llama3.1-70b-decode.yaml",
-        overrides={"hardware": "dgx-h200", "parallelism.tp": 1},
+        # static slots of max_context each (a paged pool holds requests instead)
+        overrides={"hardware": "dgx-h200", "parallelism.tp": 1, "stack.kv_page_tokens": None},
     )
     assert batch_capacity(h200, runnable=False) == batch_capacity(h200) == 3
     with pytest.raises(CapacityError) as raised:
@@ -330,7 +337,12 @@ def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
 def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
     """The KV cache's error says the weights may spill to DDR on SN40L only: a GPU keeps
     them in HBM."""
-    overrides = {"serving.max_context": 65536, "serving.batch_slots": 16}
+    # static slots on the GPU too (a paged pool's plan holds the pool, whatever the slots)
+    overrides = {
+        "serving.max_context": 65536,
+        "serving.batch_slots": 16,
+        "stack.kv_page_tokens": None,
+    }
     for hardware, where in (
         ("sn40l", "which may spill to DDR"),
         ("dgx-h100", "which a GPU keeps in HBM too"),
@@ -376,7 +388,10 @@ def test_a_share_of_all_memory_bounds_the_kv_cache_with_the_weights_inside_it() 
 
     def capacity(stack: str) -> tuple[int, int, Scenario]:
         scenario = load_scenario(
-            "workloads/llama3.1-8b-1socket.yaml", overrides={"hardware": "dgx-h100", "stack": stack}
+            "workloads/llama3.1-8b-1socket.yaml",
+            # static slots, so the capacity is slots x max_context within each room (a paged
+            # pool is the same room in pages: tests/test_paged_kv_pool.py)
+            overrides={"hardware": "dgx-h100", "stack": stack, "stack.kv_page_tokens": None},
         )
         return batch_capacity(scenario), scenario.hardware.hbm.capacity, scenario
 

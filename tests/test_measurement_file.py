@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rdu_sim import api
+from rdu_sim.compiler.placement import smallest_request_pages
 from rdu_sim.config import ConfigError
 from rdu_sim.config.errors import ConfigIssue
 from rdu_sim.validate import argonne, trtllm
@@ -155,16 +156,18 @@ def test_a_full_load_row_is_a_serving_run_at_the_kv_capacity() -> None:
     assert simulate_run(tpot).value == pytest.approx(summary.tpot_s.mean, rel=1e-12)
 
 
-def test_a_full_load_rows_slot_is_its_length_in_whole_pages() -> None:
-    """A paged stack reserves a request's whole length at admission, in pages: 500 + 2000
-    tokens take 40 pages of 64; a batch sent together keeps its padded static context."""
+def test_a_full_load_rows_request_reserves_its_length_in_whole_pages() -> None:
+    """A paged stack reserves a request's whole length at admission, in pages (the run's
+    rule, ``kv.paged``): 500 + 2000 tokens take 40 pages of 64, the row's context its own
+    length; a batch sent together keeps its padded static context."""
     point = MeasuredPoint(
         "dgx-h100", "llama-3.1-8b", 1, None, 500, 2000, "output_tokens_per_s", 1.0,
         requests=10, stack="tensorrt-llm", source="x.csv:2",
     )  # fmt: skip
     scenario = point.scenario()
     assert scenario.stack.kv_page_tokens == 64
-    assert scenario.workload.serving.max_context == 40 * 64
+    assert scenario.workload.serving.max_context == 2500
+    assert smallest_request_pages(scenario) == 40
     fixed = MeasuredPoint(**{**point.__dict__, "batch": 4})
     assert fixed.scenario().workload.serving.max_context == 4096  # MIN_CONTEXT
     static = MeasuredPoint(**{**point.__dict__, "hardware": "sn40l", "stack": ""})
@@ -338,7 +341,7 @@ def test_rows_past_the_bound_are_counted_in_their_own_files() -> None:
 
 def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() -> None:
     """The docs state the full-load row's ``max_context`` as the code builds it: its length
-    in whole pages of its stack (2,048 under TensorRT-LLM's 64-token pages), not 2,000."""
+    (2,000), which its requests reserve in whole pages (32 of TensorRT-LLM's 64 tokens)."""
     docs = (REPO / "docs" / "calibration.md").read_text()
     block = re.search(r"<!-- worked example -->\n```csv\n(.*?)```", docs, re.S)
     assert block is not None
@@ -348,8 +351,8 @@ def test_the_worked_examples_full_load_row_runs_at_the_context_the_docs_state() 
     stated = re.search(r"max_context: (\d+)", prose)
     assert stated is not None
     built = full[0].scenario().workload.serving.max_context
-    assert int(stated.group(1)) == built == 2048
-    assert "2,048 tokens" in prose
+    assert int(stated.group(1)) == built == 2000
+    assert "so 32 pages" in prose
 
 
 def test_a_rows_kv_share_replaces_the_stacks_bound_whichever_it_is(tmp_path: Path) -> None:

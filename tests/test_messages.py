@@ -199,7 +199,9 @@ def test_the_all_users_rate_says_the_span_it_divides_by() -> None:
 
 def test_a_gpu_whose_kv_cache_does_not_fit_says_per_gpu() -> None:
     """A capacity error on a GPU counts HBM per GPU (it said 'per socket')."""
+    # static slots of max_context each (a paged pool holds requests, not slots)
     args = ("--set", "hardware=dgx-h100", "--set", "serving.batch_slots=200")
+    args = (*args, "--set", "stack.kv_page_tokens=null")
     line = error_line(invoke("run", LLAMA, *args))
     assert "of HBM per GPU, more than its 80 GiB" in line and "per socket" not in line
     line = error_line(invoke("run", LLAMA, *args, "--set", "model=llama-3.1-405b"))

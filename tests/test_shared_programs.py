@@ -47,6 +47,7 @@ def test_the_digest_changes_with_fields_the_compiler_reads_and_no_other() -> Non
         "hw.socket.pcu.count": 640,
         "serving.max_context": 8192,
         "serving.prompt_tokens": 1024,
+        "serving.output_tokens": 64,  # a paged stack's least reservation (kv.paged)
         "serving.prefill_chunk_tokens": 256,
         "engine.tiles_per_stage": 16,
         "engine.buffer_tiles": 3,
@@ -61,7 +62,6 @@ def test_the_digest_changes_with_fields_the_compiler_reads_and_no_other() -> Non
         "serving.batch_slots": 8,  # an argument of every memo key instead
         "serving.requests": 40,
         "serving.seed": 7,
-        "serving.output_tokens": 64,
         "hw.name": "renamed",
         "hw.system.intra_node_link.bandwidth": 2e10,
         "engine.fast_forward": False,

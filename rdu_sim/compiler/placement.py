@@ -58,9 +58,11 @@ from rdu_sim.config.hardware import HardwareConfig, SystemConfig
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.overrides import override_for
 from rdu_sim.config.parallelism import replica_devices
+from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.graph import operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
+from rdu_sim.kv.paged import PagedKV, reserved_pages
 from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -283,6 +285,63 @@ def kv_bytes(scenario: Scenario, batch_slots: int, stage: PipelineStage | None =
     tokens = slot_tokens(scenario) + rollback_tokens(scenario)
     own = batch_slots * kv_slot_bytes_per_socket(scenario, tokens, stage)
     return own + draft_kv_bytes(scenario, batch_slots)
+
+
+def page_bytes(scenario: Scenario, stage: PipelineStage | None = None) -> int:
+    """Bytes one socket holds for one page of a paged KV cache (the stack's
+    ``kv_page_tokens`` tokens, all layers of a pipeline ``stage``), a shared draft's page
+    beside it."""
+    page = scenario.stack.kv_page_tokens
+    assert page is not None, "a page is a paged stack's"
+    own = kv_slot_bytes_per_socket(scenario, page, stage)
+    draft = shared_draft(scenario)
+    if draft is not None and verify_tokens(scenario) > 1:
+        own += kv_slot_bytes_per_socket(draft, page)
+    return own
+
+
+def smallest_request_pages(scenario: Scenario) -> int:
+    """Pages the workload's smallest possible request reserves (`kv.paged.reserved_pages`:
+    its distributions' least prompt and output; a trace's, one token each): the most
+    sequences a paged pool can hold at once is its pages over these."""
+    page = scenario.stack.kv_page_tokens
+    assert page is not None, "a reservation is a paged stack's"
+    serving = scenario.workload.serving
+
+    def least(dist: LengthDistribution) -> int:
+        return dist.value if isinstance(dist, FixedLength) else dist.low
+
+    prompt = 1 if serving.trace is not None else least(serving.prompt_tokens)
+    output = 1 if serving.trace is not None else least(serving.output_tokens)
+    prompt = max(1, min(prompt, serving.max_context - 1))
+    output = max(1, min(output, serving.max_context - prompt))
+    return reserved_pages(prompt, output, slot_tokens(scenario), page, rollback_tokens(scenario))
+
+
+def pool_pages(
+    scenario: Scenario, batch_slots: int, weights: int, stage: PipelineStage | None = None
+) -> int:
+    """Pages of a paged KV cache's pool on one socket: the room the serving stack gives its
+    KV cache (``StackConfig.kv_room``) beside ``weights`` and the activations of a batch of
+    ``batch_slots``, in whole pages (0 when there is none)."""
+    room = scenario.stack.kv_room(
+        scenario.hardware.hbm.capacity, weights, activation_bytes(scenario, batch_slots, stage)
+    )
+    return max(0, int(room // page_bytes(scenario, stage)))
+
+
+def paged_kv(scenario: Scenario, pages: int, stage: PipelineStage | None = None) -> PagedKV:
+    """The pool of ``pages`` pages a paged stack's run admits requests into
+    (`kv.paged.PagedKV`)."""
+    page = scenario.stack.kv_page_tokens
+    assert page is not None, "a pool is a paged stack's"
+    return PagedKV(
+        page_tokens=page,
+        pages=pages,
+        slot_tokens=slot_tokens(scenario),
+        extra_tokens=rollback_tokens(scenario),
+        page_bytes=page_bytes(scenario, stage),
+    )
 
 
 def draft_kv_bytes(scenario: Scenario, batch_slots: int) -> int:
@@ -537,7 +596,13 @@ def plan_memory(
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     act = activation_bytes(scenario, batch_slots, stage)
-    kv = kv_bytes(scenario, batch_slots, stage)
+    pool: PagedKV | None = None
+    if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
+        pinned = _pinned(scenario, sum(w.bytes for w in weight_inventory(scenario, stage=stage)))
+        pool = paged_kv(scenario, pool_pages(scenario, batch_slots, pinned, stage), stage)
+        kv = pool.pages * pool.page_bytes
+    else:
+        kv = kv_bytes(scenario, batch_slots, stage)
     gpu = scenario.hardware.kind == "gpu"
     if act + kv > hbm_cap:
         hints = [
@@ -556,7 +621,7 @@ def plan_memory(
             f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
         )
     room = hbm_cap - act - kv
-    draft_kv = draft_kv_bytes(scenario, batch_slots)
+    draft_kv = 0 if pool is not None else draft_kv_bytes(scenario, batch_slots)
     tensors: list[TensorPlacement] = [
         TensorPlacement("kv_cache", "kv", "hbm", kv - draft_kv),
         *([TensorPlacement(f"{DRAFT_PREFIX}kv_cache", "kv", "hbm", draft_kv)] if draft_kv else []),
@@ -604,6 +669,14 @@ def plan_memory(
             f"{_join(hints)}"
         )
         raise CapacityError(scenario.at_field("parallelism", problem))
+    if pool is not None and pool.pages < 1:  # the weights fit, and leave no page
+        raise SlotsCapacityError(
+            f"the stack's KV pool has not one page ({pool.page_tokens} tokens, "
+            f"{human.size(pool.page_bytes, 4)} per {device_noun(scenario.hardware)}) beside "
+            f"the weights and the activations of {batch_slots} slots "
+            f"({human.size(act, 4)}){scenario.stack.kv_share_words()}; "
+            f"{_join(shrink_hints(scenario, kv=False, weights=True, slots=batch_slots))}"
+        )
     tiers: dict[Tier, TierUsage] = {
         "sram": TierUsage(capacity_bytes=capacities["sram"]),
         "hbm": TierUsage(
@@ -616,6 +689,7 @@ def plan_memory(
         tiers=tiers,
         tensors=tuple(tensors),
         pipeline_stage=-1 if stage is None else stage.index,
+        kv_pool=pool,
     )
 
 
@@ -650,6 +724,13 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
     beside = "beside the weights" + stack.kv_share_words()
+    if stack.dynamic_batch:  # a paged pool holds requests, not slots of max_context
+        least = smallest_request_pages(scenario)
+        beside = (
+            f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
+            f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
+            "each request reserves its prompt and output tokens at admission)"
+        )
     if not holds:
         fit = f"not even one fits {beside}"
     elif holds == runs:
@@ -688,6 +769,11 @@ def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
     how much)."""
     if slots <= holds or not holds:
         return ""
+    if scenario.stack.dynamic_batch:  # a pool of pages: no slot holds memory of its own
+        return (
+            f"; the {human.count(slots - holds, 'slot')} beyond them take a request only "
+            "when the pool's free pages hold its reservation"
+        )
     beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
     spills = "HBM the weights would have had, which the steps read from DDR instead"
     if not scenario.stack.kv_share_words():
@@ -747,6 +833,9 @@ def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | N
     """Whether the KV cache of ``slots`` slots (of a pipeline ``stage``'s layers) fits in the
     room the serving stack gives it (``StackConfig.kv_room``) beside ``weights`` and the
     activations in HBM."""
+    if scenario.stack.dynamic_batch:  # a pool of pages: each slot's least reservation
+        pages = pool_pages(scenario, slots, weights, stage)
+        return slots * smallest_request_pages(scenario) <= pages
     room = scenario.stack.kv_room(
         scenario.hardware.hbm.capacity, weights, activation_bytes(scenario, slots, stage)
     )

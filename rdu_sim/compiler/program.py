@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rdu_sim.compiler.expert_load import ExpertLoad
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.shapes import AllToAllSpec, CollectiveKind, Gemm, StepShape
 
 Tier = Literal["sram", "hbm", "ddr"]
@@ -167,6 +168,9 @@ class Placement:
     tiers: Mapping[Tier, TierUsage]
     tensors: tuple[TensorPlacement, ...] = field(default=())
     pipeline_stage: int = -1  # the pipeline stage whose sockets it plans (-1: no pipeline)
+    # a paged KV cache's pool of pages (the stack's kv_page_tokens), which its KV bytes are;
+    # None: static slots of the policy's slot each
+    kv_pool: PagedKV | None = None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ UNREAD_WORKLOAD: Unread = {
     "coe": None,
     "serving": {
         "batch_slots": None,
-        "output_tokens": None,
+        # (output_tokens is read: a paged stack's least reservation, `smallest_request_pages`)
         "arrival": None,
         "requests": None,
         "seed": None,

@@ -83,7 +83,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import __version__, human
-from rdu_sim.compiler.placement import capacity_words, placement_warnings, weights_placement
+from rdu_sim.compiler.placement import (
+    capacity_words,
+    placement_warnings,
+    smallest_request_pages,
+    weights_placement,
+)
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
@@ -333,6 +338,40 @@ class StepCacheStats:
 
 
 @dataclass(frozen=True)
+class KVPoolSummary:
+    """A paged KV cache's pool (``kv.paged``; one device's share of each page): its pages
+    and their tokens and bytes, the pages the workload's smallest request reserves, and the
+    pages the run's admissions held: the most at once and the time-weighted mean over the
+    makespan (never more than ``pages``)."""
+
+    page_tokens: int
+    pages: int
+    tokens: int
+    bytes: int
+    smallest_request_pages: int
+    peak_pages: int
+    mean_pages: float | None
+
+
+def kv_pool_summary(run: ServingRun, makespan: float) -> KVPoolSummary | None:
+    """The run's paged KV pool (None for static slots, a cluster's or a CoE node's)."""
+    pool = run.placement.kv_pool
+    if pool is None or run.coe is not None:
+        return None
+    counts = run.records.counts
+    mean = counts.kv_page_ps / PS_PER_S / makespan if makespan > 0 else None
+    return KVPoolSummary(
+        page_tokens=pool.page_tokens,
+        pages=pool.pages,
+        tokens=pool.tokens,
+        bytes=pool.pages * pool.page_bytes,
+        smallest_request_pages=smallest_request_pages(run.scenario),
+        peak_pages=counts.kv_pages_peak,
+        mean_pages=rounded_float(mean),
+    )
+
+
+@dataclass(frozen=True)
 class StepCounts:
     """Steps the server ran: prefill steps, decode steps, and the decode advances (events)
     they were simulated in."""
@@ -480,6 +519,7 @@ class RunSummary:
     provenance: dict[str, Any]
     accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
     speculation: SpeculationSummary | None = None
+    kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
@@ -491,6 +531,8 @@ class RunSummary:
         if step is not None and step["pipeline_bubble"] is None:
             del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
         data["kv_kept"] = self.kv_kept.to_dict()
+        if data["kv_pool"] is None:
+            del data["kv_pool"]  # only a paged KV cache has one
         return data
 
 
@@ -771,4 +813,5 @@ def summarize(run: ServingRun) -> RunSummary:
             else None
         ),
         speculation=speculation,
+        kv_pool=kv_pool_summary(run, makespan),
     )

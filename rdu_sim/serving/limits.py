@@ -32,7 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim import human
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.overrides import overridden
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
@@ -234,6 +237,35 @@ def warn_unchunked(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> None
     words = unchunked_words(scenario, prompt_tokens)
     if words is not None:
         warnings.warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"), stacklevel=3)
+
+
+def check_pool(scenario: Scenario, pool: PagedKV | None, requests: RequestSet) -> None:
+    """A ConfigError at ``serving.max_context`` when a request's reservation
+    (``kv.paged.PagedKV.request_pages``) exceeds a paged KV cache's whole pool: the
+    scheduler could never admit it (the run is refused before simulating, nothing lost)."""
+    if pool is None or not len(requests):
+        return
+    lengths = zip(requests.prompt_tokens.tolist(), requests.output_tokens.tolist(), strict=True)
+    need = {pair: pool.request_pages(*pair) for pair in set(lengths)}  # (each length once)
+    most = max(need.values())
+    if most <= pool.pages:
+        return
+    too_big = [pair for pair, pages in need.items() if pages > pool.pages]
+    prompts, outputs = requests.prompt_tokens, requests.output_tokens
+    over = sum(int(np.sum((prompts == p) & (outputs == o))) for p, o in too_big)
+    refused = ConfigError.single(
+        scenario.workload_file,
+        "serving.max_context",
+        f"{over:,} of {len(requests):,} requests reserve more KV pages than the stack's whole "
+        f"pool holds: the largest reserves {most:,} pages of {pool.page_tokens} tokens "
+        f"(its prompt and output tokens), the pool has {pool.pages:,} "
+        f"({pool.tokens:,} tokens, {human.size(pool.pages * pool.page_bytes, 4)} per "
+        f"device{scenario.stack.kv_share_words()}), so it could never be admitted; lower "
+        f"serving.max_context to at most {pool.tokens:,} (requests are cut to fit it), or "
+        "give the KV cache more memory",
+        scenario.lines.get(("serving", "max_context")),
+    )
+    raise overridden(refused, scenario.workload_file, scenario.overrides)
 
 
 def check_run(scenario: Scenario, batch_slots: int, requests: RequestSet) -> RunEstimate:

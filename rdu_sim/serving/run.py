@@ -25,7 +25,7 @@ from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
 from rdu_sim.serving.coe import CoEPlan, CoEStats, plan_coe, serve_coe
-from rdu_sim.serving.limits import check_run, warn_unchunked
+from rdu_sim.serving.limits import check_pool, check_run, warn_unchunked
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
@@ -175,7 +175,9 @@ def serve_scenario(
         prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
         mixed_batching=scenario.stack.mixed_batching,
         decode_rows=scenario.stack.decode_rows,
+        kv_pool=placement.kv_pool,
     )
+    check_pool(scenario, placement.kv_pool, requests)  # a request the pool never holds
     prompt = typical_prompt(serving, requests.prompt_tokens)
     coe = scenario.workload.coe
     stats = None

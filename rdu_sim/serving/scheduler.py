@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.pickled import Reduced, by_fields
 from rdu_sim.serving.batching.base import (
@@ -73,6 +74,7 @@ from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.handoff import HandOff
+from rdu_sim.serving.kv_pool import kv_pool
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import ServingRecords
@@ -117,6 +119,9 @@ class ServerConfig:
     # the rows a decode step runs (``StackConfig.decode_rows``): every slot, or the decoding
     # sequences rounded up the CUDA-graph ladder, to a program's batch, or not at all
     decode_rows: DecodeRows = "slots"
+    # a paged KV cache's pool, which admissions reserve pages of (``serving.kv_pool``);
+    # None: static slots, each holding a whole sequence
+    kv_pool: PagedKV | None = None
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
@@ -236,6 +241,7 @@ class Scheduler(Driven):
         super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
+        self.kv = kv_pool(config.kv_pool, records.counts)  # what an admission's KV takes
         self._series = records.series if records.keeps_series else None  # rows, if kept
         # The per-request arrays as memoryviews of the same memory, taken once (the records'
         # arrays are fixed when they are made): an item read or written through one is a C
@@ -317,8 +323,9 @@ class Scheduler(Driven):
 
     def leaves(self, request: int, generated: int) -> None:
         """``request`` left this server (completed, or its KV cache sent on) after
-        ``generated`` output tokens: its tokens leave the load."""
+        ``generated`` output tokens: its tokens leave the load, its KV pages the pool."""
         self.load.add(-self._prompts[request] - generated)
+        self.kv.give_back(request, self.clock.now)
 
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
@@ -359,7 +366,7 @@ class Scheduler(Driven):
         slots = self.slots
         chosen = NO_PREFILL
         if slots.prefill_order or self.queue:  # (else no prefill work)
-            chosen = self.batching.next_prefill(slots, len(self.queue), self._after_prefill)
+            chosen = self.batching.next_prefill(slots, self._admissible(), self._after_prefill)
         self._next = chosen
         if chosen == ADMIT:
             return _ADMIT
@@ -484,6 +491,17 @@ class Scheduler(Driven):
         for slot in slots.advance(1):
             self.complete(slot, slots.request[slot], now)
 
+    def _admissible(self) -> int:
+        """The waiting requests as the batching policy is told of them: all of them, or
+        none while the KV memory cannot hold the one the next admission takes (a paged
+        pool's free pages: ``serving.kv_pool``; it waits for a completion, in order)."""
+        queue = self.queue
+        if queue and self.kv.bounded:
+            request = queue[self._admission()]
+            if not self.kv.fits(self._prompts[request], self._outputs[request]):
+                return 0
+        return len(queue)
+
     def _admission(self) -> int:
         """The position in the queue of the request the next admission takes: the head, or
         the batching policy's choice when it makes one."""
@@ -504,6 +522,7 @@ class Scheduler(Driven):
             request = queue.popleft()
         slots.admit(slot, request)
         now = self.clock.now
+        self.kv.take(request, self._prompts[request], self._outputs[request], now)
         self._admit_ps[request] = now
         self._slot_of[request] = slot
         prompt = self._prompts[request]
@@ -538,6 +557,8 @@ class Scheduler(Driven):
         while queue and slots.occupied < slots.n:
             position = self._admission()
             prompt = prompts[queue[position]]
+            if not self.kv.fits(prompt, self._outputs[queue[position]]):
+                break
             other = self._first_step(prompt).fact
             if other.first_done != prompt:
                 break
@@ -609,7 +630,7 @@ class Scheduler(Driven):
         bucket = self._decode_bucket()
         # prefill work waits: a decode step yields to it at its boundary
         waits = bool(slots.prefill_order or self.queue) and self.batching.prefill_waits(
-            slots, len(self.queue)
+            slots, self._admissible()
         )
         if waits:
             steps = 1

@@ -163,19 +163,9 @@ class MeasuredPoint:
         """The validated workload that simulates this point; a ConfigError naming the row
         and its column when the row names something that does not exist or does not fit
         together (an unknown model, a tp the model cannot split by, a missing hardware
-        file).
-
-        A full-load row on a paged KV cache reserves each request's whole length in pages
-        at admission (TensorRT-LLM's guaranteed-no-evict scheduling), so its slot is that
-        length rounded up to the stack's page."""
-        data = self.workload()
-        scenario = self._build(data, overrides)
-        page = scenario.stack.kv_page_tokens
-        length = data["serving"]["max_context"]
-        if self.batch is None and page and length % page:
-            data["serving"]["max_context"] = -(-length // page) * page
-            scenario = self._build(data, overrides)
-        return scenario
+        file). A full-load row on a paged KV cache reserves each request's whole length in
+        pages at admission: the run's own rule (``kv.paged``)."""
+        return self._build(self.workload(), overrides)
 
     def _build(self, data: dict[str, Any], overrides: Sequence[str]) -> Scenario:
         from rdu_sim.scenario import build_scenario

@@ -1,0 +1,53 @@
+"""A paged KV cache's pool and what a request reserves in it: the one rule.
+
+A runtime with a paged KV cache (the serving stack's ``kv_page_tokens``: TensorRT-LLM,
+vLLM) gives its KV cache one pool of pages (the room ``StackConfig.kv_room`` leaves, cut
+into pages) instead of a static slot of ``max_context`` tokens per batch slot. It admits a
+request only when the pool's free pages hold the request's whole reservation: its prompt
+plus its output tokens (at most the policy's slot), rounded up to whole pages
+(TensorRT-LLM's guaranteed-no-evict scheduling; vLLM allocates pages as a sequence grows,
+and this is the conservative model of it too: no request is ever preempted). The pages
+return when the request completes. The compiler sizes the pool and the batch with this rule
+(``compiler.placement``), the scheduler admits with it (``serving.kv_pool``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdu_sim.pickled import Reduced, by_fields
+
+
+@dataclass(frozen=True)
+class PagedKV:
+    """A paged KV pool: ``pages`` pages of ``page_tokens`` tokens each (one device's share
+    of every page fits its room), sequences cached up to ``slot_tokens`` tokens (the KV
+    policy's slot) plus ``extra_tokens`` (a speculative verify step's rollback positions)."""
+
+    page_tokens: int
+    pages: int
+    slot_tokens: int
+    extra_tokens: int = 0
+    page_bytes: int = 0  # one device's bytes of one page (for the report)
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)
+
+    def request_pages(self, prompt: int, output: int) -> int:
+        """Pages a request of ``prompt`` and ``output`` tokens reserves at admission."""
+        return reserved_pages(prompt, output, self.slot_tokens, self.page_tokens, self.extra_tokens)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the whole pool holds."""
+        return self.pages * self.page_tokens
+
+
+def reserved_pages(
+    prompt: int, output: int, slot_tokens: int, page_tokens: int, extra_tokens: int = 0
+) -> int:
+    """Pages a request reserves: its prompt and output tokens, at most ``slot_tokens`` (the
+    policy's slot: a compressing policy's cache saturates there), plus ``extra_tokens``,
+    rounded up to whole pages of ``page_tokens``."""
+    tokens = min(prompt + output, slot_tokens) + extra_tokens
+    return -(-tokens // page_tokens)
