@@ -338,7 +338,9 @@ def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
         scenario = load_scenario(
             "workloads/llama3.1-8b-1socket.yaml", overrides={**overrides, "hardware": hardware}
         )
-        with pytest.raises(CapacityError, match=f"before the weights \\(14.96 GiB, {where}: "):
+        with pytest.raises(
+            CapacityError, match=f"even without the weights \\(14.96 GiB, {where}: "
+        ):
             plan_memory(scenario, 16)
 
 

@@ -40,7 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
-from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError
+from rdu_sim.compiler.errors import (
+    FEWER_SLOTS,
+    CapacityError,
+    SlotsCapacityError,
+    join_remedies,
+)
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, mla_cache_form, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
@@ -487,8 +492,7 @@ def layout_words(scenario: Scenario) -> str:
     return ", ".join(degrees)
 
 
-def _join(hints: list[str]) -> str:
-    return ", ".join(hints[:-1]) + f" or {hints[-1]}" if len(hints) > 1 else hints[0]
+_join = join_remedies
 
 
 def pinned_limit(scenario: Scenario) -> int:
@@ -548,12 +552,14 @@ def plan_memory(
             w.bytes for w in weight_inventory(scenario, stage=stage)
         )
         where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
-        raise SlotsCapacityError(
-            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
-            f"({human.size(act, 4)}), which must be in HBM, need {human.size(act + kv, 4)} of "
-            f"HBM per {device_noun(scenario.hardware)}, more than its {human.size(hbm_cap, 4)} "
-            f"before the weights ({human.size(weights, 4)}, {where}: "
-            f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
+        raise SlotsCapacityError.of(
+            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}: "
+            f"{slot_words(scenario)}) and activations ({human.size(act, 4)}), which must be "
+            f"in HBM, need {human.size(act + kv, 4)} per {device_noun(scenario.hardware)}, "
+            f"more than its whole HBM ({human.size(hbm_cap, 4)}) even without the weights "
+            f"({human.size(weights, 4)}, {where}: {human.size(weights + kv + act, 4)} in all)",
+            hints,
+            slot_tokens(scenario),
         )
     room = hbm_cap - act - kv
     draft_kv = draft_kv_bytes(scenario, batch_slots)
@@ -632,7 +638,7 @@ def _fewer_slots_hint(
     if not 0 < holds < batch_slots:
         return []
     capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
-    return [f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})"]
+    return [f"{FEWER_SLOTS} ({capacity_words(scenario, holds, capacity)})"]
 
 
 def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
