@@ -102,3 +102,32 @@ def test_given_by_rewrites_only_the_fewer_slots_remedy() -> None:
     )
     plain = SlotsCapacityError("no parts")
     assert plain.given_by("--batch", 1) == "no parts"
+
+
+def test_weights_alone_beyond_hbm_offer_only_what_shrinks_them(tmp_path: Path) -> None:
+    """Trial R F8: Llama 3.1 405B in bf16 over 8 H100s is 97.93 GiB a GPU: no KV remedy
+    helps, nor DDR (a GPU has none)."""
+    workload = tmp_path / "l70.yaml"
+    workload.write_text(L8.replace("llama-3.1-8b", "llama-3.1-70b").replace("tp: 1", "tp: 8"))
+    said = _error("run", workload, "--set", "model=llama-3.1-405b", "--set", "dtypes.weights=bf16")
+    assert said == (
+        f"error: {workload}: dtypes.weights: the weights alone do not fit, so not one "
+        "sequence does: llama-3.1-405b weights need 97.93 GiB per GPU (tp=8, bf16), "
+        "memory.weights hbm keeps all of them in HBM, 17.93 GiB more than it holds (its "
+        "80 GiB of HBM per GPU); store weights in fp8 (dtypes.weights, now bf16), raise "
+        "parallelism.tp on more GPUs (hw.system.sockets, now 8, or a hardware file with more) "
+        "or give each GPU more HBM (hw.gpu.hbm.capacity, now 80 GiB) "
+        "(from --set dtypes.weights)"
+    )
+    # weights that fit but leave no slot still get the KV cache's remedies
+    said = _error(
+        "run",
+        workload,
+        *STATIC,
+        "--set",
+        "serving.max_context=131072",
+        "--set",
+        "hw.gpu.hbm.capacity=10GiB",
+    )
+    assert "cannot fit even one sequence (a slot of max_context 131072 tokens" in said
+    assert "reduce serving.max_context (now 131072)" in said

@@ -821,16 +821,17 @@ def batch_capacity(
         if strict:
             device = device_noun(scenario.hardware)
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+            # weights HBM must keep whole that fill it: only what shrinks them helps
+            alone = scenario.workload.memory.weights == "hbm" and total >= hbm
             hints = [
-                *shrink_hints(scenario, kv=True, weights=weights > 0, activations=True),
+                *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
                 f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
             ]
             # at the first of the fields it names that an override set (its "(from --set)"
-            # note), else at the slot's size
+            # note), else at the slot's size (the model, when its weights alone do not fit)
             involved = (
                 more_hbm,
-                "serving.max_context",
-                "kv.policy",
+                *(() if alone else ("serving.max_context", "kv.policy")),
                 "memory.weights",
                 "dtypes.weights",
                 "parallelism.tp",
@@ -839,22 +840,25 @@ def batch_capacity(
             )
             field = next(
                 (f for f in involved if override_for(f, scenario.overrides) is not None),
-                "serving.max_context",
+                "model" if alone else "serving.max_context",
             )
-            raise CapacityError(
-                scenario.at_field(
-                    field,
-                    f"cannot fit even one sequence ({slot_words(scenario)}): "
-                    f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                    f"({layout_words(scenario)}, {scenario.weight_dtype}), "
-                    f"{_weights_placed(scenario, total, target)}, which leaves "
-                    f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
-                    f"{device}, and one slot's KV cache is "
-                    f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
-                    f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                    f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}",
-                )
+            weights_words = (
+                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+                f"({layout_words(scenario)}, {scenario.weight_dtype}), "
+                f"{_weights_placed(scenario, total, target)}"
             )
+            problem = (
+                f"the weights alone do not fit, so not one sequence does: {weights_words} "
+                f"(its {human.size(hbm, 4)} of HBM per {device})"
+                if alone
+                else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
+                f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
+                f"{human.size(hbm, 4)} HBM per {device}, and one slot's KV cache is "
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+                f"{max_prompt_tokens(scenario)}-token prompt)"
+            )
+            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}"))
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
