@@ -131,3 +131,42 @@ def test_weights_alone_beyond_hbm_offer_only_what_shrinks_them(tmp_path: Path) -
     )
     assert "cannot fit even one sequence (a slot of max_context 131072 tokens" in said
     assert "reduce serving.max_context (now 131072)" in said
+
+
+@pytest.mark.parametrize(
+    ("workload", "setting", "hint"),
+    [
+        (
+            "l8",
+            "hw.socket.hbm.capacity=100GiB",
+            "unknown field 'socket'; a GPU's hardware file has gpu:, not socket: (hw.gpu... "
+            "with --set). Valid fields here: cost, default_stack, description, gpu, kind, ",
+        ),
+        (
+            "llama3.1-8b-1socket",
+            "hw.gpu.hbm.capacity=100GiB",
+            "unknown field 'gpu'; an SN40L hardware file has socket:, not gpu: (hw.socket... "
+            "with --set); a GPU's file says kind: gpu. Valid fields here: cost, ",
+        ),
+    ],
+)
+def test_the_other_kinds_device_section_is_named(
+    l8: Path, workload: str, setting: str, hint: str
+) -> None:
+    said = _error("run", l8 if workload == "l8" else workload, "--set", setting)
+    assert hint in said, said
+    assert said.endswith(f"(from --set {setting.split('=')[0]})")
+
+
+def test_a_gpu_section_in_an_sn40l_file_is_named(tmp_path: Path) -> None:
+    hardware = tmp_path / "hw.yaml"
+    hardware.write_text("name: x\nsocket: {}\ngpu: {sms: 1}\nsystem: {sockets: 1}\n")
+    result = CliRunner().invoke(cli, ["check", str(hardware)])
+    assert result.exit_code == 2
+    assert (
+        f"error: {hardware}:3: gpu: unknown field 'gpu'; an SN40L hardware file has socket:, "
+        "not gpu: (hw.socket... with --set); a GPU's file says kind: gpu." in result.output
+    )
+    # elsewhere a close name is still the hint
+    said = _error("run", "llama3.1-8b-1socket", "--set", "hw.sockt.hbm.capacity=1GiB")
+    assert "unknown field 'sockt'; did you mean 'socket'?" in said
