@@ -17,7 +17,7 @@ def _error(*args: str) -> str:
 
 def test_no_more_tp_when_the_kv_heads_are_split_as_far_as_they_go() -> None:
     said = _error("qwen3-235b-a22b-16socket", "--set", "serving.batch_slots=64")
-    assert "the KV cache of 64 slots (94 GiB)" in said
+    assert "the KV cache of 64 slots (94 GiB: a slot of max_context 32768 tokens" in said
     assert "parallelism.tp" not in said
     assert said.endswith(
         "reduce serving.max_context (now 32768), use kv.policy snapstream (now full) or "

@@ -115,7 +115,7 @@ def test_a_model_the_gpus_cannot_hold_says_so_without_ddr_advice() -> None:
     message = str(info.value)
     assert "do not fit" in message and "hw.system.sockets" in message
     assert "DDR (hw.socket" not in message
-    with pytest.raises(CapacityError, match="cannot fit even one sequence"):
+    with pytest.raises(CapacityError, match="the weights alone do not fit"):
         batch_capacity(scenario)
 
 

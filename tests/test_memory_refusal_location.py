@@ -17,7 +17,10 @@ from rdu_sim.compiler.errors import SlotsCapacityError, at_slots
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 LLAMA = WORKLOADS / "llama3.1-8b-1socket.yaml"
-PROBLEM = "the KV cache of 100 slots (100 GiB) and activations (64.26 MiB)"
+PROBLEM = (
+    "the KV cache of 100 slots (100 GiB: a slot of max_context 8192 tokens, kv.policy full) "
+    "and activations (64.26 MiB)"
+)
 
 
 def _said(*args: str) -> str:

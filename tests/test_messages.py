@@ -203,7 +203,7 @@ def test_a_gpu_whose_kv_cache_does_not_fit_says_per_gpu() -> None:
     args = ("--set", "hardware=dgx-h100", "--set", "serving.batch_slots=200")
     args = (*args, "--set", "stack.kv_page_tokens=null")
     line = error_line(invoke("run", LLAMA, *args))
-    assert "of HBM per GPU, more than its 80 GiB" in line and "per socket" not in line
+    assert "per GPU, more than its whole HBM (80 GiB)" in line and "per socket" not in line
     line = error_line(invoke("run", LLAMA, *args, "--set", "model=llama-3.1-405b"))
     assert "weights need 756 GiB per GPU (tp=1, bf16)" in line and "per socket" not in line
 

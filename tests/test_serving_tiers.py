@@ -57,8 +57,12 @@ def test_a_model_larger_than_hbm_is_refused_in_hbm_with_the_ddr_hint() -> None:
     with pytest.raises(CapacityError) as info:
         batch_capacity(scenario)
     message = str(info.value)
+    assert "the weights alone do not fit, so not one sequence does: " in message
     assert "memory.weights hot_set or streamed, now hbm" in message
-    assert "fp8" in message and "kv.policy snapstream" in message
+    assert "store weights in fp8 (dtypes.weights, now bf16)" in message
+    # what shrinks the KV cache or the activations cannot make room for weights that fill HBM
+    for futile in ("max_context", "kv.policy", "dtypes.kv", "prefill_chunk_tokens"):
+        assert futile not in message, futile
 
 
 def test_capacity_hints_never_suggest_what_is_already_set() -> None:
@@ -87,7 +91,7 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
     at the field an override set when one of those it names was (with its ``(from --set)``
     note), HBM capacity among the ways out; trial Q's had no file and no field."""
     result = CliRunner().invoke(
-        cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=8 GiB"]
+        cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=16 GiB"]
     )
     assert result.exit_code == 2
     line = result.output.strip()
@@ -97,7 +101,7 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
         "max_context 8192 tokens"
     ), line
     assert line.endswith(
-        "or give each socket more HBM (hw.socket.hbm.capacity, now 8 GiB) "
+        "or give each socket more HBM (hw.socket.hbm.capacity, now 16 GiB) "
         "(from --set hw.socket.hbm.capacity)"
     ), line
 
@@ -105,12 +109,16 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
 def test_not_one_sequence_fitting_a_file_as_written_is_at_its_max_context_line(
     tmp_path: Path,
 ) -> None:
-    """No override: the error is at the slot's size, ``serving.max_context``, on its line."""
+    """No override: the error is at the slot's size, ``serving.max_context``, on its line
+    (Llama 3.1 70B's int4 weights leave 31 GiB, a slot of 128K tokens is 40 GiB); at the
+    model's line when its weights alone do not fit (70B in bf16, 131 GiB)."""
     text = LLAMA_8B.read_text().replace("model: llama-3.1-8b", "model: llama-3.1-70b")
     text = text.replace("hardware: ../hw_configs/", f"hardware: {ROOT / 'hw_configs'}/")
+    small = text.replace("weights: bf16", "weights: int4")
+    small = small.replace("max_context: 8192", "max_context: 131072")
     workload = tmp_path / "w.yaml"
-    workload.write_text(text)
-    line = 1 + text.splitlines().index("  max_context: 8192")
+    workload.write_text(small)
+    line = 1 + small.splitlines().index("  max_context: 131072")
     scenario = load_scenario(workload)
     with pytest.raises(CapacityError) as info:
         batch_capacity(scenario)
@@ -120,6 +128,13 @@ def test_not_one_sequence_fitting_a_file_as_written_is_at_its_max_context_line(
     )
     assert "from --set" not in message
     assert message.endswith("or give each socket more HBM (hw.socket.hbm.capacity, now 64 GiB)")
+    workload.write_text(text)
+    line = 1 + text.splitlines().index("model: llama-3.1-70b")
+    with pytest.raises(CapacityError) as info:
+        batch_capacity(load_scenario(workload))
+    message = str(info.value)
+    assert message.startswith(f"{workload}:{line}: model: the weights alone do not fit, "), message
+    assert "serving.max_context" not in message
 
 
 def test_streamed_reads_every_weight_from_ddr_and_is_slower_than_the_hot_set() -> None:

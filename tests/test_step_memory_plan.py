@@ -43,8 +43,12 @@ def test_a_plan_that_cannot_hold_its_kv_counts_the_weights_too() -> None:
     sum."""
     code, out = _step("--set", "hw.socket.hbm.capacity=16GiB")
     assert code == 2
-    assert "the KV cache of 16 slots (16 GiB) and activations (64.26 MiB)" in out
-    assert "before the weights (14.96 GiB, which may spill to DDR: 31.02 GiB in all)" in out
+    assert (
+        "the KV cache of 16 slots (16 GiB: a slot of max_context 8192 tokens, kv.policy full) "
+        "and activations (64.26 MiB), which must be in HBM, need 16.06 GiB per socket, more "
+        "than its whole HBM (16 GiB) even without the weights (14.96 GiB, which may spill to "
+        "DDR: 31.02 GiB in all); "
+    ) in out
 
 
 def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Path) -> None:
@@ -57,7 +61,7 @@ def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Pat
     with pytest.raises(CapacityError) as info:
         api.run(api.load(workload, ["serving.batch_slots=200", "serving.requests=2"]))
     assert str(info.value).startswith(
-        f"{workload}: serving.batch_slots: the KV cache of 200 slots (200 GiB)"
+        f"{workload}: serving.batch_slots: the KV cache of 200 slots (200 GiB: a slot of "
     )
     assert str(info.value).endswith("(from overrides: serving.batch_slots)")
     text = workload.read_text()

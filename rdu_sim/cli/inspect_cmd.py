@@ -490,7 +490,7 @@ def graph_command(
     scenario = load_scenario(workload, overrides)
     if dot_file is not None:
         refuse_overwrite([("--dot", dot_file)], input_files(scenario), "the graph")
-    with step_shape_errors(workload, batch):
+    with step_shape_errors(workload, batch, context):
         result = api.inspect_graph(
             scenario, phase=phase, batch=batch, tokens=tokens, context=context
         )

@@ -174,10 +174,14 @@ def check_count(option: str, value: int | None, low: int, high: int) -> None:
 
 
 @contextmanager
-def step_shape_errors(workload: Path, batch: int | None = None) -> Iterator[None]:
+def step_shape_errors(
+    workload: Path, batch: int | None = None, context: int | None = None
+) -> Iterator[None]:
     """A step the workload cannot run (`StepShapeError`) exits 2 naming the option; so does
-    a ``batch`` given beyond the workload's slots whose KV cache does not fit (a memory plan
-    of the workload's own slots names its field: ``compiler.errors.at_slots``)."""
+    a ``batch`` given beyond the workload's slots whose KV cache does not fit, its remedy
+    ``--batch`` and a shorter ``context`` said not to shrink a slot
+    (`SlotsCapacityError.given_by`; a memory plan of the workload's own slots names its
+    field: ``compiler.errors.at_slots``)."""
     from rdu_sim.compiler.errors import SlotsCapacityError
     from rdu_sim.serving.step_shape import StepShapeError
 
@@ -188,4 +192,4 @@ def step_shape_errors(workload: Path, batch: int | None = None) -> Iterator[None
     except SlotsCapacityError as exc:
         if batch is None or exc.field is not None:
             raise
-        fail(f"{workload}: --batch: {exc}")
+        fail(f"{workload}: --batch: {exc.given_by('--batch', context)}")

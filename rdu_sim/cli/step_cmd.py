@@ -478,7 +478,7 @@ def command(
     if trace_file is not None and trace_sockets == "all" and scenario.tp > 1:
         scenario = api.load(scenario, {"engine.all_sockets": True})  # a track per socket
     backend = api.EngineBackend(record=trace_file is not None)
-    with step_shape_errors(workload, batch):
+    with step_shape_errors(workload, batch, context):
         try:
             cost = api.step(
                 scenario,

@@ -18,12 +18,56 @@ class CapacityError(InputError):
     """
 
 
+FEWER_SLOTS = "lower serving.batch_slots"
+"""The remedy of fewer slots as a plan of the workload's slots words it (`SlotsCapacityError`
+names a command's option in its place)."""
+
+
+def join_remedies(remedies: list[str]) -> str:
+    """``a, b or c``: a capacity error's ways out, in one clause."""
+    if len(remedies) > 1:
+        return ", ".join(remedies[:-1]) + f" or {remedies[-1]}"
+    return remedies[0]
+
+
 class SlotsCapacityError(CapacityError):
     """The KV cache and activations of the batch slots alone exceed HBM: the slot count is
     at fault, so a plan of the slots the workload sets names that field (:func:`at_slots`).
-    ``field``: the field it names, once located (None before: a step's ``--batch``, say)."""
+    ``field``: the field it names, once located (None before: a step's ``--batch``, say).
+    ``problem``, ``remedies`` and ``slot_tokens`` (the tokens a slot is sized for) let a
+    command that gave the slots itself say so (:meth:`given_by`)."""
 
     field: str | None = None
+    problem: str = ""
+    remedies: tuple[str, ...] = ()
+    slot_tokens: int = 0
+
+    @classmethod
+    def of(cls, problem: str, remedies: list[str], slot_tokens: int) -> SlotsCapacityError:
+        """The error ``problem; remedies`` (at least one remedy), its parts kept."""
+        exc = cls(f"{problem}; {join_remedies(remedies)}")
+        exc.problem, exc.remedies, exc.slot_tokens = problem, tuple(remedies), slot_tokens
+        return exc
+
+    def given_by(self, option: str, context: int | None = None) -> str:
+        """The message for slots a command's ``option`` gave (a step's ``--batch``), not
+        ``serving.batch_slots``: the remedy of fewer slots names the option, and a step
+        ``context`` (its ``--context``) shorter than a slot is said not to shrink it: the
+        plan sizes every slot for ``slot_tokens`` (``serving.max_context``, or a KV policy's
+        budget), whatever the step's context. The plain message when it has no parts."""
+        if not self.remedies:
+            return str(self)
+        remedies = [
+            f"lower {option}{r.removeprefix(FEWER_SLOTS)}" if r.startswith(FEWER_SLOTS) else r
+            for r in self.remedies
+        ]
+        note = ""
+        if context is not None and context < self.slot_tokens:
+            note = (
+                f"; --context {context} does not shrink a slot: the memory plan sizes each for "
+                f"{self.slot_tokens} tokens, whatever a step's context"
+            )
+        return f"{self.problem}{note}; {join_remedies(remedies)}"
 
 
 def at_slots(scenario: Scenario, slots: int, exc: SlotsCapacityError) -> SlotsCapacityError:

@@ -40,7 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
-from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError
+from rdu_sim.compiler.errors import (
+    FEWER_SLOTS,
+    CapacityError,
+    SlotsCapacityError,
+    join_remedies,
+)
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, mla_cache_form, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
@@ -546,8 +551,7 @@ def layout_words(scenario: Scenario) -> str:
     return ", ".join(degrees)
 
 
-def _join(hints: list[str]) -> str:
-    return ", ".join(hints[:-1]) + f" or {hints[-1]}" if len(hints) > 1 else hints[0]
+_join = join_remedies
 
 
 def pinned_limit(scenario: Scenario) -> int:
@@ -613,12 +617,14 @@ def plan_memory(
             w.bytes for w in weight_inventory(scenario, stage=stage)
         )
         where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
-        raise SlotsCapacityError(
-            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}) and activations "
-            f"({human.size(act, 4)}), which must be in HBM, need {human.size(act + kv, 4)} of "
-            f"HBM per {device_noun(scenario.hardware)}, more than its {human.size(hbm_cap, 4)} "
-            f"before the weights ({human.size(weights, 4)}, {where}: "
-            f"{human.size(weights + kv + act, 4)} in all); {_join(hints)}"
+        raise SlotsCapacityError.of(
+            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}: "
+            f"{slot_words(scenario)}) and activations ({human.size(act, 4)}), which must be "
+            f"in HBM, need {human.size(act + kv, 4)} per {device_noun(scenario.hardware)}, "
+            f"more than its whole HBM ({human.size(hbm_cap, 4)}) even without the weights "
+            f"({human.size(weights, 4)}, {where}: {human.size(weights + kv + act, 4)} in all)",
+            hints,
+            slot_tokens(scenario),
         )
     room = hbm_cap - act - kv
     draft_kv = 0 if pool is not None else draft_kv_bytes(scenario, batch_slots)
@@ -706,7 +712,7 @@ def _fewer_slots_hint(
     if not 0 < holds < batch_slots:
         return []
     capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
-    return [f"lower serving.batch_slots ({capacity_words(scenario, holds, capacity)})"]
+    return [f"{FEWER_SLOTS} ({capacity_words(scenario, holds, capacity)})"]
 
 
 def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
@@ -904,16 +910,17 @@ def batch_capacity(
         if strict:
             device = device_noun(scenario.hardware)
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+            # weights HBM must keep whole that fill it: only what shrinks them helps
+            alone = scenario.workload.memory.weights == "hbm" and total >= hbm
             hints = [
-                *shrink_hints(scenario, kv=True, weights=weights > 0, activations=True),
+                *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
                 f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
             ]
             # at the first of the fields it names that an override set (its "(from --set)"
-            # note), else at the slot's size
+            # note), else at the slot's size (the model, when its weights alone do not fit)
             involved = (
                 more_hbm,
-                "serving.max_context",
-                "kv.policy",
+                *(() if alone else ("serving.max_context", "kv.policy")),
                 "memory.weights",
                 "dtypes.weights",
                 "parallelism.tp",
@@ -922,22 +929,25 @@ def batch_capacity(
             )
             field = next(
                 (f for f in involved if override_for(f, scenario.overrides) is not None),
-                "serving.max_context",
+                "model" if alone else "serving.max_context",
             )
-            raise CapacityError(
-                scenario.at_field(
-                    field,
-                    f"cannot fit even one sequence ({slot_words(scenario)}): "
-                    f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                    f"({layout_words(scenario)}, {scenario.weight_dtype}), "
-                    f"{_weights_placed(scenario, total, target)}, which leaves "
-                    f"{human.size(max(0, hbm - weights), 4)} of the {human.size(hbm, 4)} HBM per "
-                    f"{device}, and one slot's KV cache is "
-                    f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
-                    f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                    f"{max_prompt_tokens(scenario)}-token prompt); {_join(hints)}",
-                )
+            weights_words = (
+                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+                f"({layout_words(scenario)}, {scenario.weight_dtype}), "
+                f"{_weights_placed(scenario, total, target)}"
             )
+            problem = (
+                f"the weights alone do not fit, so not one sequence does: {weights_words} "
+                f"(its {human.size(hbm, 4)} of HBM per {device})"
+                if alone
+                else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
+                f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
+                f"{human.size(hbm, 4)} HBM per {device}, and one slot's KV cache is "
+                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+                f"{max_prompt_tokens(scenario)}-token prompt)"
+            )
+            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}"))
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)

@@ -287,10 +287,33 @@ def did_you_mean(name: str, valid: Sequence[str]) -> str:
     return f"; did you mean {close!r}?" if close is not None else ""
 
 
+_OTHER_KIND_SECTION = {
+    ("socket", "gpu"): "a GPU's hardware file has gpu:, not socket: (hw.gpu... with --set)",
+    ("gpu", "socket"): (
+        "an SN40L hardware file has socket:, not gpu: (hw.socket... with --set); a GPU's "
+        "file says kind: gpu"
+    ),
+}
+"""A hardware file's section of the other kind's device (``name``, and the section this
+kind has instead) and what its unknown-field error says of it: the closest name is no help
+there."""
+
+
+def _other_kind_hint(name: str, valid: list[str]) -> str:
+    """``; a GPU's hardware file has gpu:, not socket: ...`` for the other hardware kind's
+    device section (`_OTHER_KIND_SECTION`) where ``valid`` holds this kind's (a hardware
+    file's top level), else ""."""
+    for (other, own), words in _OTHER_KIND_SECTION.items():
+        if name == other and own in valid:
+            return f"; {words}."
+    return ""
+
+
 def unknown_field_message(name: str, valid: list[str]) -> str:
     """What an unknown field is told: ``unknown field 'hbm_bandwith'; did you mean
-    'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place)."""
-    hint = did_you_mean(name, valid) or "."
+    'hbm_bandwidth'? Valid fields here: ...`` (``valid``: the names at its place), or which
+    section a hardware file of this kind has instead (`_other_kind_hint`)."""
+    hint = _other_kind_hint(name, valid) or did_you_mean(name, valid) or "."
     listing = f" Valid fields here: {', '.join(valid)}." if valid else ""
     return f"unknown field {shown(name)}{hint}{listing}"
 
