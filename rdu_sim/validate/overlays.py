@@ -153,8 +153,12 @@ def read_overlay(path: Path) -> list[Fixed]:
     if not leaves:
         raise ConfigError.single(str(path), "", "the overlay sets no field")
     target = str(base.resolve())
+    from rdu_sim.config.overrides import GivenText
+
+    origin = f"the overlay {path}"  # an error at a field it sets names the file
     return [
-        Fixed(scope, target, f"{field}={json.dumps(value, default=str)}") for field, value in leaves
+        Fixed(scope, target, GivenText(f"{field}={json.dumps(value, default=str)}", origin))
+        for field, value in leaves
     ]
 
 
