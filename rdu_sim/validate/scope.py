@@ -381,6 +381,11 @@ def resolve(
     return scoped
 
 
+FIT = "the fit"
+"""Where a fitted parameter's value on a run comes from: the calibration's search (a bound,
+a trial value), not a ``--set`` (``calibration_problem.check_bounds`` drops its note)."""
+
+
 def overrides_for(
     scoped: Sequence[Scoped], values: Sequence[float | None], deployment: Deployment
 ) -> list[str]:
@@ -395,11 +400,6 @@ def overrides_for(
         if value is not None and one.reaches(deployment)
     ]
     return given(texts, FIT)
-
-
-FIT = "the fit"
-"""Where a fitted parameter's value on a run comes from: the calibration's search (a bound,
-a trial value), not a ``--set`` (``calibration_problem.check_bounds`` drops its note)."""
 
 
 def _internal_unit(unit: str) -> str:
