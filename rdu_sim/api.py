@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdu_sim.config.overrides import door
+from rdu_sim.config.overrides import API
 from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.scenario import Scenario, load_scenario, with_overrides
 from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
@@ -96,9 +96,10 @@ def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
     Anything else is a TypeError naming the argument (``api.run(42)`` was pathlib's, naming
     none); a path that does not load is a ConfigError (``rdu_sim.InputError``). An error at
     a field an override set ends ``(from overrides: PATH)``, the argument that gave it, or
-    ``(from --set PATH)`` inside the command line (``config.overrides.given_at``)."""
+    where an override says it was given: ``(from --set PATH)`` for the command line's
+    (``config.overrides.GivenText``, ``origin_of``)."""
     if isinstance(scenario_or_path, Scenario):
-        return with_overrides(scenario_or_path, overrides, door())
+        return with_overrides(scenario_or_path, overrides, API)
     if not isinstance(scenario_or_path, str | os.PathLike):
         given = repr(scenario_or_path)
         shown = given if len(given) <= 60 else given[:57] + "..."
@@ -106,7 +107,7 @@ def load(scenario_or_path: Workload, overrides: Overrides = None) -> Scenario:
             "scenario_or_path must be a Scenario, a workload file's path (str or Path) or a "
             f"shipped workload's name, not {type(scenario_or_path).__name__} {shown}"
         )
-    return load_scenario(scenario_or_path, overrides, door())
+    return load_scenario(scenario_or_path, overrides, API)
 
 
 def check_progress(progress: object) -> None:

@@ -52,7 +52,7 @@ from rdu_sim.compiler.program import Placement
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import door, overridden
+from rdu_sim.config.overrides import API, overridden
 from rdu_sim.config.show import cut_middle
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
@@ -328,7 +328,9 @@ def load(
     cluster_or_path: ClusterScenario | str | Path, overrides: Overrides = None
 ) -> ClusterScenario:
     """A validated ClusterScenario from a path or an existing one (plus overrides); anything
-    else a TypeError naming the argument (``run_cluster(42)`` was pathlib's, naming none)."""
+    else a TypeError naming the argument (``run_cluster(42)`` was pathlib's, naming none).
+    An override's error names the ``overrides`` argument, or where the override says it was
+    given (``config.overrides.origin_of``: ``--set`` for the command line's)."""
     if not isinstance(cluster_or_path, ClusterScenario | str | os.PathLike):
         raise TypeError(
             "cluster_or_path must be a ClusterScenario, a cluster file's path (str or Path) or "
@@ -340,9 +342,9 @@ def load(
             return cluster_or_path
         data = cluster_or_path.config.model_dump(mode="json", exclude_unset=True)
         return build_cluster(
-            data, file=cluster_or_path.file, overrides=overrides, overrides_from=door()
+            data, file=cluster_or_path.file, overrides=overrides, overrides_from=API
         )
-    return load_cluster(cluster_or_path, overrides, door())
+    return load_cluster(cluster_or_path, overrides, API)
 
 
 def plan_cluster(

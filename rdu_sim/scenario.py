@@ -42,6 +42,7 @@ from rdu_sim.config.overrides import (
     UnreadFieldWarning,
     in_context,
     normalize_overrides,
+    origin_of,
     overridden,
     override_for,
     override_note,
@@ -712,10 +713,10 @@ def build_scenario(
     overrides_from: str = SET,
 ) -> Scenario:
     """Validate workload data (already parsed) and load its hardware and stack files;
-    ``overrides_from`` names where the overrides were given, for their errors (``--set``,
-    ``pools.serve.set``)."""
+    ``overrides_from`` names where the overrides that do not say were given, for their errors
+    (``--set``, ``pools.serve.set``; ``config.overrides.origin_of``)."""
     lines = lines or {}
-    source = overrides_from
+    source = origin_of(overrides, overrides_from)
     normalized = normalize_overrides(overrides, source)
     workload_overrides, _, _ = split_overrides(normalized)
     raw = dict(data) if isinstance(data, Mapping) else data
@@ -882,11 +883,13 @@ def with_overrides(
     overrides: Iterable[str] | Mapping[str, Any] | None,
     overrides_from: str = SET,
 ) -> Scenario:
-    """``scenario`` with ``overrides`` (given at ``overrides_from``) applied on top of its own
-    (already overridden) workload, hardware and stack data; the files on disk would lose
-    earlier ``hw.`` and ``stack.`` overrides. No overrides: the same scenario. Its earlier
-    overrides keep where they were given (``SetSource`` origins)."""
-    added = normalize_overrides(overrides, overrides_from)  # (a TypeError for what they cannot be)
+    """``scenario`` with ``overrides`` (given where they say, else at ``overrides_from``:
+    ``config.overrides.origin_of``) applied on top of its own (already overridden) workload,
+    hardware and stack data; the files on disk would lose earlier ``hw.`` and ``stack.``
+    overrides. No overrides: the same scenario. Its earlier overrides keep where they were
+    given (``SetSource`` origins)."""
+    given = origin_of(overrides, overrides_from)
+    added = normalize_overrides(overrides, given)  # (a TypeError for what they cannot be)
     if not added:
         return scenario
     data = scenario.workload.model_dump(mode="json")
@@ -899,11 +902,12 @@ def with_overrides(
         merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
     rebuilt = build_scenario(
-        data, workload_file=scenario.workload_file, overrides=merged, overrides_from=overrides_from
+        data, workload_file=scenario.workload_file, overrides=merged, overrides_from=given
     )
     earlier = source_of(scenario.overrides)
-    origins = {k: override_origin(k, earlier) for k in scenario.overrides if k not in added}
-    source = SetSource(overrides_from, origins) if origins else overrides_from
+    origins = dict(given.origins) if isinstance(given, SetSource) else {}
+    origins.update({k: override_origin(k, earlier) for k in scenario.overrides if k not in added})
+    source = SetSource(given, origins) if origins else given
     both = copy.deepcopy({**scenario.overrides, **added})
     return dataclasses.replace(rebuilt, overrides=GivenOverrides(both, source))
 

@@ -34,6 +34,7 @@ from typing import Any
 from rdu_sim import api
 from rdu_sim.compiler import capacity_words
 from rdu_sim.config.hardware import HardwareConfig
+from rdu_sim.config.overrides import GivenOverrides
 from rdu_sim.engine import StepTiming
 from rdu_sim.kv.policies import budget_determines, policy_reads, takes_budget
 from rdu_sim.report.summary import memory_summary
@@ -50,6 +51,12 @@ __all__ = [
 ]
 
 Overrides = api.Overrides  # (a str is no overrides: the API's type)
+
+POINT = "the study's point"
+"""Where a point's settings (its context, policy, budget: ``point_settings``) were given: the
+study's grid, not the caller's overrides, which an error at one of them names instead."""
+BATCH = "the study's batch"
+"""Where the batch slots a study runs a point at were given (``serving.batch_slots``)."""
 Workload = str | Path | Scenario
 
 
@@ -115,7 +122,7 @@ def _points(
             settings = point_settings(
                 base, policy, context, snapstream_budget=budget, snapstream_ratio=ratio
             )
-            scenario = api.load(base, settings)
+            scenario = api.load(base, GivenOverrides(settings, POINT))
             capacity = backend.batch_capacity(scenario)
             yield scenario, settings, capacity, backend.memory_capacity(scenario)
 
@@ -210,7 +217,9 @@ def _decode_row(
     """A run-like dict of one decode step of ``batch`` slots at their largest cache (the
     server of that point runs ``batch`` slots, so its memory is planned for them)."""
     settings = _with_slots(scenario, settings, capacity, batch)
-    timing = _timing(api.load(scenario, {"serving.batch_slots": batch}), batch)
+    timing = _timing(
+        api.load(scenario, GivenOverrides({"serving.batch_slots": batch}, BATCH)), batch
+    )
     return {
         **_identity(scenario, settings),
         "source": "decode_step",
@@ -322,10 +331,10 @@ def decode_step_timing(
             snapstream_budget=snapstream_budget,
             snapstream_ratio=snapstream_ratio,
         )
-        scenario = api.load(scenario, settings)
+        scenario = api.load(scenario, GivenOverrides(settings, POINT))
     if batch is not None:  # the server of this step runs `batch` slots
         settings["serving.batch_slots"] = batch
-        scenario = api.load(scenario, {"serving.batch_slots": batch})
+        scenario = api.load(scenario, GivenOverrides({"serving.batch_slots": batch}, BATCH))
     shape = api.default_step_shape(scenario, "decode")
     timing = _timing(scenario, shape.batch)
     program = EngineBackend().compiler(scenario).program(shape)  # as the step was timed

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import click
 
 from rdu_sim.cli.errors import fail
-from rdu_sim.config.overrides import SET, given_at
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,22 +60,24 @@ class TokenCount(click.types.IntParamType):
 
 def overrides_option(func: F) -> F:
     """`--set PATH=VALUE` (repeatable): edit a workload field, or a hardware one with `hw.`.
-    The command runs inside ``given_at(SET)``: the overrides it hands the API are the
-    command line's, and an error at a field one set says ``(from --set PATH)``."""
+    Each is marked as given at ``--set`` (``config.overrides.GivenText``), which it keeps in
+    any list the command builds from them: an error at a field one set says ``(from --set
+    PATH)``, one at a field the command set itself names the command's own origin."""
 
-    @functools.wraps(func)
-    def command(*args: Any, **kwargs: Any) -> Any:
-        with given_at(SET):
-            return func(*args, **kwargs)
+    def marked(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> Any:
+        from rdu_sim.config.overrides import SET, given
+
+        return tuple(given(value, SET))
 
     return click.option(
         "--set",
         "overrides",
         multiple=True,
         metavar="PATH=VALUE",
+        callback=marked,
         help="Override a workload field, e.g. serving.batch_slots=32; prefix hw. for the "
         "hardware file, e.g. 'hw.socket.hbm.bandwidth=2.4 TB/s'. Repeatable.",
-    )(cast(F, command))
+    )(func)
 
 
 def overlays_option(func: F) -> F:

@@ -211,6 +211,7 @@ def _simulate(
     """Results for ``kind`` from a workload, simulated in-process (``rdu_sim.studies``; a
     point is what ``rdu-sim run`` runs at that context and policy)."""
     from rdu_sim import api, studies
+    from rdu_sim.config.overrides import given
     from rdu_sim.report.plots_data import result_record
 
     results: list[dict[str, Any]] | dict[str, Any]
@@ -223,7 +224,8 @@ def _simulate(
     elif kind == "roofline":
         results = studies.decode_step_timing(path, overrides=overrides)
     else:
-        results = result_record(api.run(path, [*overrides, f"serving.requests={requests}"]))
+        asked = given([f"serving.requests={requests}"], "--requests")
+        results = result_record(api.run(path, [*overrides, *asked]))
     return _noted(results, overrides)
 
 

@@ -466,6 +466,7 @@ def command(
 ) -> None:
     """Time one decode or prefill step of WORKLOAD on the hardware model."""
     from rdu_sim.config.errors import WriteError
+    from rdu_sim.config.overrides import GivenOverrides
     from rdu_sim.engine import EventBudgetError
     from rdu_sim.provenance import input_files
     from rdu_sim.report.files import refuse_overwrite
@@ -476,7 +477,8 @@ def command(
     if trace_file is not None:
         refuse_overwrite([("--trace", trace_file)], input_files(scenario), "the step")
     if trace_file is not None and trace_sockets == "all" and scenario.tp > 1:
-        scenario = api.load(scenario, {"engine.all_sockets": True})  # a track per socket
+        per_socket = GivenOverrides({"engine.all_sockets": True}, "--trace-sockets")
+        scenario = api.load(scenario, per_socket)  # a track per socket
     backend = api.EngineBackend(record=trace_file is not None)
     with step_shape_errors(workload, batch, context):
         try:

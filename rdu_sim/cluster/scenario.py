@@ -31,6 +31,7 @@ from rdu_sim.config.overrides import (
     GivenOverrides,
     SetSource,
     normalize_overrides,
+    origin_of,
     overridden,
     set_path,
 )
@@ -279,15 +280,17 @@ def build_cluster(
 ) -> ClusterScenario:
     """Validate cluster data (already parsed), apply overrides, load every pool's workload.
     ``set_origins``: where keys of the pools' ``set`` came from, when a tool put them there
-    (``config.overrides.SetSource``); ``overrides_from``: where ``overrides`` were given
-    (``--set``, the API's ``overrides``), which their errors name."""
+    (``config.overrides.SetSource``); ``overrides_from``: where ``overrides`` that do not
+    say were given (``--set``, the API's ``overrides``; ``config.overrides.origin_of``),
+    which their errors name."""
     lines = lines or {}
-    normalized = GivenOverrides(normalize_overrides(overrides, overrides_from), overrides_from)
+    source = origin_of(overrides, overrides_from)
+    normalized = GivenOverrides(normalize_overrides(overrides, source), source)
     raw = copy.deepcopy(dict(data))
     for path, value in normalized.items():
         if path.startswith((HW_PREFIX, STACK_PREFIX)):
             raise ConfigError.single(
-                overrides_from,
+                source,
                 path,
                 f"{'hardware' if path.startswith(HW_PREFIX) else 'stack'} overrides apply to "
                 f"a pool's workload: use pools.NAME.set={{{path}: ...}}",

@@ -53,7 +53,14 @@ from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
-from rdu_sim.config.overrides import normalize_overrides, parse_override
+from rdu_sim.config.overrides import (
+    API,
+    GivenOverrides,
+    normalize_overrides,
+    origin_of,
+    parse_override,
+    source_of,
+)
 from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.engine.for_hardware import peak_matrix_flops
@@ -199,7 +206,8 @@ def compare(
     for path in (p for p in sides[0].settings if p in shared):
         raise ConfigError.single("--vary", path, "also given by --set; give it once")
     # every variant is validated before any is simulated: a bad one costs no simulation
-    loaded = [_load(workload, shared, side) for side in sides]
+    given = origin_of(overrides, API)  # the command line's marks --set
+    loaded = [_load(workload, GivenOverrides(shared, given), side) for side in sides]
     _refuse_values_never_valid(sides, loaded)
     first = next(found for found in loaded if isinstance(found, Scenario))
     refusing = _refusing_systems(sides, loaded)
@@ -328,12 +336,13 @@ def compare_batches(
     ]
 
 
-def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
+def _with_settings(shared: Mapping[str, Any], side: Variant) -> GivenOverrides:
     """The shared overrides with the variant's settings; its hardware (a path, or a shipped
     hardware file by name) made absolute, so it does not depend on where the workload is,
     and served by that hardware's default stack unless a setting names one (``stack=``): a
-    comparison of machines compares each as it is deployed."""
-    merged = {**shared, **side.settings}
+    comparison of machines compares each as it is deployed. They keep where the shared ones
+    were given (``config.overrides.source_of``)."""
+    merged = GivenOverrides({**shared, **side.settings}, source_of(shared))
     hardware = side.settings.get("hardware")
     if hardware is not None:
         found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))

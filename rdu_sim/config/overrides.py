@@ -5,16 +5,16 @@ same limits as a config file (depth, integer length, aliases: ``rdu_sim.config.y
 text that is not YAML at all stays a string. Paths that start with `hw.` apply to the
 hardware file's data, `stack.` to the serving stack's; all others to the workload's
 (`stack=vllm-2024` itself names the workload's stack). An error at a field an override
-set says which override, without a line (``overridden``).
+set says which override, without a line (``overridden``), and where it was given: each
+override carries its origin (:class:`GivenText`, :class:`GivenOverrides`); one that carries
+none was given where the function that received it says (``origin_of``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -26,33 +26,21 @@ from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
 SET = "--set"
-"""Where the command line's overrides come from: its flag (``rdu_sim.cli.options``)."""
+"""Where the command line's overrides come from: its flag (``rdu_sim.cli.options`` marks
+each with it)."""
 API = "overrides"
 """Where the Python API's overrides come from: the argument ``api.run(path, overrides)``
-(and ``api.load``, ``api.step``, ``api_cluster.run_cluster`` ...) names them by."""
+(and ``api.load``, ``api.step``, ``api_cluster.run_cluster`` ...) names them by; what a
+caller hands it unmarked was given there."""
+
+SUITE = "the validate suite"
+"""Where the overrides the validation suite adds to a caller's come from: the single-stream,
+the 256-user and the Kernel Looping runs' own (``rdu_sim.validate.suite``), so an error at
+one names the suite, not the caller's ``--set``."""
 
 SWEEP = "the sweep spec"
 """Where a sweep point's overrides come from: its spec's ``set`` and ``axes``
 (``rdu_sim.sweep.expand``), in every process that runs the point alike."""
-
-_DOOR: ContextVar[str] = ContextVar("rdu_sim_overrides_door", default=API)
-
-
-@contextmanager
-def given_at(source: str) -> Iterator[None]:
-    """Overrides the public API receives inside this block were given at ``source``: the
-    command line wraps its commands in ``given_at(SET)`` (``cli.options.overrides_option``),
-    so an error names ``--set``; a caller of the API outside it reads ``overrides``."""
-    token = _DOOR.set(source)
-    try:
-        yield
-    finally:
-        _DOOR.reset(token)
-
-
-def door() -> str:
-    """Where the overrides the public API was just handed were given (:func:`given_at`)."""
-    return _DOOR.get()
 
 
 class GivenOverrides(dict[str, Any]):
@@ -65,6 +53,59 @@ class GivenOverrides(dict[str, Any]):
     def __init__(self, items: Mapping[str, Any], source: str) -> None:
         super().__init__(items)
         self.source = source
+
+
+class GivenText(str):
+    """One override's text (``serving.batch_slots=64``) that remembers where it was given
+    (``source``: ``--set``, ``the study's batch``). A list of overrides built from others
+    (``[*overrides, "serving.requests=8"]``, a filter) keeps each one's origin, so an error at
+    a field a tool set names the tool, not the user's ``--set`` (:func:`origin_of`)."""
+
+    source: str
+
+    def __new__(cls, text: str, source: str) -> GivenText:
+        made = super().__new__(cls, text)
+        made.source = source
+        return made
+
+    def __reduce__(self) -> tuple[type[GivenText], tuple[str, str]]:
+        """Pickled with its origin (a calibration's or a suite's run crosses to a worker)."""
+        return (GivenText, (str(self), self.source))
+
+
+def given(overrides: Iterable[str], source: str) -> list[str]:
+    """``overrides`` (``PATH=VALUE`` texts) marked as given at ``source``; one already
+    marked keeps its own origin."""
+    return [o if isinstance(o, GivenText) else GivenText(o, source) for o in overrides]
+
+
+def origin_of(overrides: Iterable[str] | Mapping[str, Any] | None, default: str) -> str:
+    """Where ``overrides`` were given, as the loaders name it for their errors: a marked
+    mapping's ``source``; for texts, each one's own (:class:`GivenText`), ``default`` for one
+    not marked (the door that received it: ``overrides`` for the API, ``--set`` for the
+    loaders' own callers). Texts of more than one origin give a :class:`SetSource` that
+    names each key's."""
+    if isinstance(overrides, GivenOverrides):
+        return overrides.source
+    if overrides is None or isinstance(overrides, Mapping | str | bytes):
+        return default
+    if not isinstance(overrides, list | tuple):
+        return default  # (an iterator is read once: by normalize_overrides)
+    last = {  # each key's origin: the last text that sets it
+        _key(text): text.source if isinstance(text, GivenText) else default
+        for text in overrides
+        if isinstance(text, str)
+    }
+    origins = set(last.values())
+    if len(origins) == 1:
+        return origins.pop()
+    named = {key: override_origin(key, source) for key, source in last.items() if source != default}
+    return SetSource(default, named) if named else default
+
+
+def _key(text: str) -> str:
+    """The field path of an override's text (``serving.batch_slots=64``)."""
+    return text.partition("=")[0].strip()
 
 
 def source_of(overrides: Mapping[str, Any]) -> str:
@@ -148,7 +189,10 @@ def normalize_overrides(
                 f"overrides: each of an iterable of overrides must be a 'field.path=value' "
                 f"string, not {type(item).__name__} {cut_middle(repr(item))}"
             )
-    return dict(parse_override(item, source) for item in items)
+    return dict(
+        parse_override(item, item.source if isinstance(item, GivenText) else source)
+        for item in items
+    )
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import API, SET, override_note
+from rdu_sim.config.overrides import given, override_note
 from rdu_sim.config.yaml_io import checked_file
 from rdu_sim.validate.calibration_spec import CalibrationSpec, read_spec
 from rdu_sim.validate.deployment_suite import read_rows
@@ -23,6 +23,7 @@ from rdu_sim.validate.holdout import Selector, split
 from rdu_sim.validate.measurement_file import read_each
 from rdu_sim.validate.overlays import held_out_in, read_overlay
 from rdu_sim.validate.scope import (
+    FIT,
     Deployment,
     FitParameter,
     Fixed,
@@ -221,9 +222,8 @@ def check_bounds(problem: Problem) -> None:
                     issue = exc.issues[-1]
                     # the value is the fit's bound, not a --set the user gave
                     message = issue.message
-                    for given in (SET, API):  # loaded by the command line or by the API
-                        note = override_note(one.parameter.path, given)
-                        message = message.replace(f" {note}", "")
+                    note = override_note(one.parameter.path, FIT)
+                    message = message.replace(f" {note}", "")
                     shown = quantity_text(bound, one.parameter.unit)
                     raise one.parameter.given.error(
                         f"at its {side} bound ({shown}) on {problem.units[index].name}: "
@@ -256,7 +256,7 @@ def spec_inputs(
         figures=figures is not None,
         figure_names=None if figures is None or figures.names is None else tuple(figures.names),
         quick=True if figures is None else figures.quick,
-        overrides=(*spec.file.overrides, *overrides),
+        overrides=(*given(spec.file.overrides, f"{spec.path} overrides"), *overrides),
         overlays=tuple(overlays),
         base=spec.base,
         source=str(spec.path),

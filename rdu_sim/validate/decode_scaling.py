@@ -71,8 +71,10 @@ class DecodeScaling:
 
 def decode_overrides(model: str, sockets: int, looped: bool) -> list[str]:
     """The overrides of ``LLAMA_WORKLOAD`` for one point: the model in BF16 over ``sockets``
-    sockets of one node, one slot of ``CONTEXT`` tokens."""
-    return [
+    sockets of one node, one slot of ``CONTEXT`` tokens (the suite's own: ``SUITE``)."""
+    from rdu_sim.config.overrides import SUITE, given
+
+    texts = [
         f"model={model}",
         f"hw.system.sockets={sockets}",
         f"hw.system.sockets_per_node={sockets}",
@@ -84,6 +86,7 @@ def decode_overrides(model: str, sockets: int, looped: bool) -> list[str]:
         f"serving.max_context={CONTEXT}",
         "stack=none",
     ]
+    return given(texts, SUITE)
 
 
 def measure_decode_scaling(overrides: Sequence[str] = ()) -> DecodeScaling:

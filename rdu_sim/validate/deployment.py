@@ -151,13 +151,16 @@ class MeasuredPoint:
     def settings(self) -> list[str]:
         """What the row states of its run beyond its workload, as overrides that come after
         any caller's (a fit does not move what a measurement states)."""
+        from rdu_sim.config.overrides import given
+
         if self.kv_memory_fraction is None:
             return []
         # the row's share replaces the stack's bound on the KV cache, whichever it is
-        return [
+        texts = [
             "stack.memory_utilization=null",
             f"stack.kv_memory_fraction={self.kv_memory_fraction!r}",
         ]
+        return given(texts, "the row's kv_memory_fraction")
 
     def scenario(self, overrides: Sequence[str] = ()) -> Scenario:
         """The validated workload that simulates this point; a ConfigError naming the row
@@ -168,6 +171,7 @@ class MeasuredPoint:
         return self._build(self.workload(), overrides)
 
     def _build(self, data: dict[str, Any], overrides: Sequence[str]) -> Scenario:
+        from rdu_sim.config.overrides import API
         from rdu_sim.scenario import build_scenario
 
         _, _, line = self.source.rpartition(":")
@@ -180,6 +184,7 @@ class MeasuredPoint:
                 workload_file=self.file,
                 lines=lines,
                 overrides=[*overrides, *self.settings],
+                overrides_from=API,  # a caller's not marked (``--set`` marks its own)
             )
         except ConfigError as exc:
             raise self.row_error(exc) from None

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.overrides import GivenText
 from rdu_sim.validate.scope import HW, STACK, Fixed, Scoped
 
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -153,8 +154,10 @@ def read_overlay(path: Path) -> list[Fixed]:
     if not leaves:
         raise ConfigError.single(str(path), "", "the overlay sets no field")
     target = str(base.resolve())
+    origin = f"the overlay {path}"  # an error at a field it sets names the file
     return [
-        Fixed(scope, target, f"{field}={json.dumps(value, default=str)}") for field, value in leaves
+        Fixed(scope, target, GivenText(f"{field}={json.dumps(value, default=str)}", origin))
+        for field, value in leaves
     ]
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.extends import extends_chain
 from rdu_sim.config.fit_syntax import split_fit
+from rdu_sim.config.overrides import given
 from rdu_sim.config.stack import NONE
 from rdu_sim.config.units import (
     UnitError,
@@ -380,6 +381,11 @@ def resolve(
     return scoped
 
 
+FIT = "the fit"
+"""Where a fitted parameter's value on a run comes from: the calibration's search (a bound,
+a trial value), not a ``--set`` (``calibration_problem.check_bounds`` drops its note)."""
+
+
 def overrides_for(
     scoped: Sequence[Scoped], values: Sequence[float | None], deployment: Deployment
 ) -> list[str]:
@@ -388,11 +394,12 @@ def overrides_for(
     written in its internal unit, ``0.25 s``, not bare: read back to the same float, and
     never taken for a forgotten unit (a bare host time of 0.1 s or more is refused as one,
     ``config.units.BARE_SECONDS_CEILING``)."""
-    return [
+    texts = [
         f"{one.parameter.path}={value!r}{_internal_unit(one.parameter.unit)}"
         for one, value in zip(scoped, values, strict=True)
         if value is not None and one.reaches(deployment)
     ]
+    return given(texts, FIT)
 
 
 def _internal_unit(unit: str) -> str:

@@ -33,7 +33,7 @@ from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, normalize_overrides
+from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, SUITE, given, normalize_overrides
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -62,11 +62,16 @@ AA_TOKENS = 1000
 Test and its default 1k-input API benchmark: 1,000 in, 1,000 out), the benchmark SambaNova's
 blog cites for both its per-user and its 256-user DeepSeek-R1 figures."""
 
-SINGLE_STREAM = (
-    "serving.batch_slots=1",
-    "serving.requests=3",
-    f"serving.prompt_tokens={AA_TOKENS}",
-    f"serving.output_tokens={AA_TOKENS}",
+SINGLE_STREAM = tuple(
+    given(
+        (
+            "serving.batch_slots=1",
+            "serving.requests=3",
+            f"serving.prompt_tokens={AA_TOKENS}",
+            f"serving.output_tokens={AA_TOKENS}",
+        ),
+        SUITE,
+    )
 )
 """Overrides (after the caller's) of the full-attention run that measures the single-stream
 speed (figures decode_speed_batch1 and decode_speed_per_user): one slot, three requests of
@@ -75,16 +80,21 @@ Artificial Analysis's shape."""
 THROUGHPUT_USERS = 256
 """Concurrent users of the blog's throughput figure, one closed-loop request each."""
 
-THROUGHPUT_CONTEXT = ("serving.max_context=4096", "kv.context_buckets=pow2")
+THROUGHPUT_CONTEXT = tuple(given(("serving.max_context=4096", "kv.context_buckets=pow2"), SUITE))
 """The 256-user runs' slots: decode graphs per power-of-two bucket up to 4,096 tokens (256
 slots of 128k do not fit)."""
 
-THROUGHPUT = (
-    f"serving.batch_slots={THROUGHPUT_USERS}",
-    f"serving.requests={min_requests(THROUGHPUT_USERS)}",
-    f"serving.prompt_tokens={AA_TOKENS}",
-    f"serving.output_tokens={AA_TOKENS}",
-    *THROUGHPUT_CONTEXT,
+THROUGHPUT = tuple(
+    given(
+        (
+            f"serving.batch_slots={THROUGHPUT_USERS}",
+            f"serving.requests={min_requests(THROUGHPUT_USERS)}",
+            f"serving.prompt_tokens={AA_TOKENS}",
+            f"serving.output_tokens={AA_TOKENS}",
+            *THROUGHPUT_CONTEXT,
+        ),
+        SUITE,
+    )
 )
 """Overrides (after the caller's) of the full-attention run that measures the 256-user
 throughput (figure decode_throughput_256_users) under TP16: a slot per user (as Artificial
@@ -94,12 +104,17 @@ Analysis's System Load Test sends the next query when one finishes), three turno
 THROUGHPUT_RANKS = 16
 """Attention ranks of the data-parallel configuration: one a socket of the 16-socket rack."""
 
-DATA_PARALLEL = (
-    "parallelism.tp=1",
-    f"parallelism.dp_attention={THROUGHPUT_RANKS}",
-    f"parallelism.ep={THROUGHPUT_RANKS}",
-    f"serving.batch_slots={THROUGHPUT_USERS // THROUGHPUT_RANKS}",
-    *THROUGHPUT_CONTEXT,
+DATA_PARALLEL = tuple(
+    given(
+        (
+            "parallelism.tp=1",
+            f"parallelism.dp_attention={THROUGHPUT_RANKS}",
+            f"parallelism.ep={THROUGHPUT_RANKS}",
+            f"serving.batch_slots={THROUGHPUT_USERS // THROUGHPUT_RANKS}",
+            *THROUGHPUT_CONTEXT,
+        ),
+        SUITE,
+    )
 )
 """Overrides (after the caller's) of the same workload configured as MLA mixture-of-experts
 deployments configure decode for throughput (DeepSeek's, SGLang's: docs/parallelism.md):
@@ -179,7 +194,8 @@ def plan_run(path: str | Path, overrides: Sequence[str], quick: bool) -> list[st
         )
     slots = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
     if quick:
-        return [*ovr, f"serving.requests={max(QUICK_TURNOVERS * slots, min_requests(slots))}"]
+        quick_run = f"serving.requests={max(QUICK_TURNOVERS * slots, min_requests(slots))}"
+        return [*ovr, *given([quick_run], SUITE)]
     if serving.requests < min_requests(slots):
         raise ConfigError.single(
             scenario.workload_file,
