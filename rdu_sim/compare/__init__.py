@@ -38,6 +38,7 @@ the ``compare`` plot's lines).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,12 +54,22 @@ from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
-from rdu_sim.config.overrides import normalize_overrides, parse_override
+from rdu_sim.config.loader import did_you_mean
+from rdu_sim.config.overrides import (
+    SET,
+    SetSource,
+    door,
+    given_at,
+    normalize_overrides,
+    parse_override,
+)
 from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.config.yaml_io import checked_file
-from rdu_sim.engine.for_hardware import peak_matrix_flops
+from rdu_sim.engine.for_hardware import peak_matrix_flops, peak_matrix_type
 from rdu_sim.engine.timing import StepTiming
+from rdu_sim.input_errors import InputError
 from rdu_sim.report.bound import step_bound
+from rdu_sim.report.energy import machine_watts
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import (
     coe_capacity,
@@ -69,14 +80,18 @@ from rdu_sim.serving.coe import (
 from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import long_prompts, typical_prefill
+from rdu_sim.shapes import StepShape
 
 __all__ = [
     "Column",
     "Comparison",
+    "NothingRunsError",
     "Variant",
     "compare",
     "compare_batches",
+    "nothing_runs",
     "parse_vary",
+    "served_rate",
     "variants",
 ]
 
@@ -199,7 +214,8 @@ def compare(
     for path in (p for p in sides[0].settings if p in shared):
         raise ConfigError.single("--vary", path, "also given by --set; give it once")
     # every variant is validated before any is simulated: a bad one costs no simulation
-    loaded = [_load(workload, shared, side) for side in sides]
+    with given_at(_origins(sides, bool(hardware_files))):
+        loaded = [_load(workload, shared, side) for side in sides]
     _refuse_values_never_valid(sides, loaded)
     first = next(found for found in loaded if isinstance(found, Scenario))
     refusing = _refusing_systems(sides, loaded)
@@ -223,6 +239,45 @@ def compare(
         tuple(verdicts(columns)),
         scope(columns),
     )
+
+
+class NothingRunsError(InputError):
+    """No variant given runs the workload (the model fits none, each refuses it): a
+    comparison of nothing, bad input as a run of it is (``rdu-sim compare`` exits 2). Its
+    message is each column's reason, a line each, led by its label when there are several."""
+
+
+def nothing_runs(result: Comparison) -> NothingRunsError | None:
+    """The error of a comparison no column of which ran (:class:`NothingRunsError`), None
+    when one did: what ``rdu-sim compare`` raises, where ``compare`` returns the columns
+    (``compare_batches`` at a batch none holds: each column says why)."""
+    if any(column.fits for column in result.columns):
+        return None
+    if len(result.columns) == 1:
+        return NothingRunsError(result.columns[0].reason)
+    return NothingRunsError(
+        "\n".join(f"{column.label}: {column.reason}" for column in result.columns)
+    )
+
+
+def _origins(sides: Sequence[Variant], hardware_files: bool) -> SetSource | str:
+    """Where the overrides each variant is loaded with were given (``config.overrides``'
+    door, a ``SetSource``): an error at a varied field names the flag that varied it,
+    ``(from --vary stack)``, ``(from --hardware)``, and one at a shared field its ``--set``
+    (the Python API's: ``vary: stack``, ``hardware_files``, ``overrides: PATH``)."""
+    source = door()
+    cli = source == SET
+    origins = {
+        path: ("--vary " if cli else "vary: ") + path
+        for path in sides[0].settings
+        if path != "hardware"
+    }
+    if "hardware" in sides[0].settings:
+        if hardware_files:
+            origins["hardware"] = "--hardware" if cli else "hardware_files"
+        else:
+            origins["hardware"] = ("--vary " if cli else "vary: ") + "hardware"
+    return SetSource(source, origins) if origins else source
 
 
 def _load(workload: str | Path, shared: Mapping[str, Any], side: Variant) -> Scenario | ConfigError:
@@ -336,10 +391,27 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> dict[str, Any]:
     merged = {**shared, **side.settings}
     hardware = side.settings.get("hardware")
     if hardware is not None:
-        found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))
-        merged["hardware"] = str(checked_file(found).resolve())
+        merged["hardware"] = str(checked_file(_hardware_file(str(hardware))).resolve())
         merged.setdefault("stack", None)
     return merged
+
+
+def _hardware_file(given: str) -> Path:
+    """The hardware file a variant names (a path, or a shipped file by name:
+    ``shipped.locate``); a name that is neither is refused with the shipped name it is
+    close to, as a workload's ``hardware:`` is (``config.loader.did_you_mean``):
+    ``dgx-h300: file not found, and no shipped hardware file of that name; did you mean
+    'dgx-h200'? ...``."""
+    path = Path(given).expanduser()
+    try:
+        return shipped.locate(path, ("hardware",))
+    except ConfigError as exc:
+        meant = did_you_mean(path.name.removesuffix(".yaml"), shipped.names("hardware"))
+        if not meant or len(exc.issues) != 1:
+            raise
+        issue = exc.issues[0]
+        said = issue.message.replace(" of that name", f" of that name{meant}", 1)
+        raise ConfigError([dataclasses.replace(issue, message=said)]) from None
 
 
 def _coe_expert(scenario: Scenario, batch: int | None) -> tuple[Scenario, int, int]:
@@ -370,6 +442,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     layout = scenario.workload.parallelism.layout()
     per_instance = replica_devices(layout)
     ranks = replica_batch(layout, 1)
+    power, sockets_per_node = hardware.power, hardware.system.sockets_per_node
     base = Column(
         hardware=hardware.name,
         hardware_file=scenario.hardware_file,
@@ -387,6 +460,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         hbm_efficiency=float(hardware.hbm.efficiency),
         peak_flops=peak_matrix_flops(scenario),
+        peak_flops_type=peak_matrix_type(scenario),
+        dtypes=_dtypes(scenario),
+        power_w=None if power is None else machine_watts(power, devices, sockets_per_node),
         label=side.label(hardware.name),
         settings=dict(side.settings),
         draft=None if scenario.draft is None else scenario.draft.model.name,
@@ -413,6 +489,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         long = long_prompts(timed)
         long_s = None if long is None else prefill_seconds(cache, timed, long.median)
         long_shapes = [] if long is None else served_prefill_steps(timed, long.median)
+        output = typical_output(timed, prompt)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -420,6 +497,14 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     step = timing.step_s
     bound = step_bound(timing, hardware)
     instance_batch = replica_batch(layout, decode.batch)
+    system_tokens_per_s = instance_batch / step * base.instances
+    packed, packed_s = _packed_prefill(timed, cache, prefill_shapes, decode.batch, prefill_s)
+    per_request = packed_s / packed
+    if long is not None and long_s is not None:  # the prompts past the budget, their share
+        per_request = (1 - long.share) * per_request + long.share * long_s
+    served, prefill_share = served_rate(instance_batch, ranks, step, per_request, output)
+    system_served = served * base.instances
+    watts = base.power_w
     return replace(
         base,
         fits=True,
@@ -429,7 +514,15 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         step_s=step,
         tokens_per_s_per_user=1.0 / step,
         tokens_per_s=instance_batch / step,
-        system_tokens_per_s=instance_batch / step * base.instances,
+        system_tokens_per_s=system_tokens_per_s,
+        output_tokens=output,
+        served_tokens_per_s=served,
+        system_served_tokens_per_s=system_served,
+        prefill_share=prefill_share,
+        prefill_packed=packed,
+        prefill_packed_s=packed_s,
+        tokens_per_joule=None if watts is None else system_tokens_per_s / watts,
+        served_tokens_per_joule=None if watts is None else system_served / watts,
         hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
@@ -451,3 +544,71 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         runtime_s=bound.runtime_s,
         pipeline_bubble=bound.bubble,
     )
+
+
+def _dtypes(scenario: Scenario) -> dict[str, str]:
+    """The stored types of the weights (the model's released type unless ``dtypes.weights``
+    sets one; its routed experts' too when they differ), the KV cache and the activations."""
+    dtypes = scenario.workload.dtypes
+    stored = {"weights": scenario.weight_dtype}
+    if scenario.expert_dtype != scenario.weight_dtype:
+        stored["experts"] = scenario.expert_dtype
+    return {**stored, "kv": str(dtypes.kv), "activations": str(dtypes.activations)}
+
+
+def typical_output(scenario: Scenario, prompt: int) -> int:
+    """The typical request's output tokens: the distribution's median (a trace's median
+    row), within the context beside the typical ``prompt`` (``serving.requests``' clip), as
+    the typical prompt is the distribution's median (``serving.step_shape.typical_prefill``)."""
+    import numpy as np
+
+    from rdu_sim.serving.requests import clip_to_context, make_requests, typical_length
+
+    serving = scenario.workload.serving
+    if serving.trace is None:
+        output = typical_length(serving.output_tokens)
+    else:
+        requests = make_requests(
+            serving, 1, scenario.base_dir, scenario.workload_file, scenario.overrides
+        )
+        output = int(np.median(requests.output_tokens)) if len(requests.output_tokens) else 1
+    _, clipped = clip_to_context(np.asarray([prompt]), np.asarray([output]), serving.max_context)
+    return int(clipped[0])
+
+
+def _packed_prefill(
+    scenario: Scenario,
+    cache: StepCache,
+    steps: Sequence[StepShape],
+    slots: int,
+    prefill_s: float,
+) -> tuple[int, float]:
+    """The typical prompts one prefill step runs, and its time: as many as the serving
+    stack packs (``prefill_batch_tokens``: whole prompts of one shape, within that many
+    padded tokens; ``serving.scheduler``), at most a rank's ``slots``; one, in
+    ``prefill_s``, when the stack packs none, the prompt runs in chunks or a draft
+    prefills beside it (the scheduler packs neither)."""
+    budget = scenario.stack.prefill_batch_tokens
+    if budget is None or len(steps) != 1 or scenario.draft is not None:
+        return 1, prefill_s
+    prompts = min(slots, budget // steps[0].tokens)
+    if prompts <= 1:
+        return 1, prefill_s
+    return prompts, cache.step_s(replace(steps[0], batch=prompts))
+
+
+def served_rate(
+    batch: int, ranks: int, step_s: float, prefill_s: float, output_tokens: int
+) -> tuple[float, float]:
+    """One instance's served output tokens/s with prefill included, and prefill's share of
+    its time, from the steps compare times (no serving run): each of an attention rank's
+    ``batch / ranks`` slots serves a request in turn, its prefill (``prefill_s``, one
+    request's share of a prefill step: ``_packed_prefill``) then its ``output_tokens`` decode steps,
+    which the rank's slots share; prefill and decode take the device in turn, so the rank
+    spends ``batch / ranks x prefill_s + output_tokens x step_s`` on ``batch / ranks x
+    output_tokens`` tokens: per token, ``prefill_s / output_tokens`` of prefill beside
+    ``step_s / (batch / ranks)`` of decode. A steady state of full slots at the timed
+    context: no fill or drain, and a pipeline's prefills not overlapped across its stages."""
+    slots = batch / ranks
+    prefill, decode = slots * prefill_s, output_tokens * step_s
+    return batch * output_tokens / (prefill + decode), prefill / (prefill + decode)
