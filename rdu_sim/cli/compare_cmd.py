@@ -14,8 +14,10 @@ not fit is a column saying so; a system that cannot take the workload (a rule ac
 files: `tp=16` on an 8-GPU system) is a column not run with the rule's sentence while the
 others run (`unsupported` and `invalid` in the JSON), and so is a combination of varied
 values the workload refuses while each value runs in another (`invalid`); the exit status
-is then 0, as for any column saying why. A value no combination accepts, a hardware file
-wrong in itself, or a workload no system given runs is one error line, exit 2. What
+is then 0, as for any column saying why, whenever one column ran. When none ran (the model
+fits no system given, or each refuses it), exit 2 with each column's reason on an error
+line (`compare.nothing_runs`), as `run` exits 2 for one; a value no combination accepts or
+a hardware file wrong in itself is one error line, exit 2. What
 compare does not time is said under the table: a draft's part, for each column with one; a
 Composition of Experts' serving (its columns time one expert); and that a `--vary` of a
 speculation or coe field moves at most the memory plan (compare/why.py `not_compared`).

@@ -23,14 +23,19 @@ workload by a rule across the files (``CombinationError``: ``tp=16`` on an 8-GPU
 while another system runs it, a column not run (``unsupported``) with the rule's sentence;
 and so is a combination of varied values the workload refuses while each value runs in
 another combination (``dp_attention=16`` with ``ep=64``), with the refusal's reason. A value
-no combination accepts, a hardware file wrong in itself, or a workload no system given runs
-is an error, one line, before anything is simulated.
+no combination accepts, a hardware file wrong in itself, or a workload every variant refuses
+is an error, one line, before anything is simulated; a comparison no column of which ran
+(the model fits none) is returned as it is, and ``nothing_runs`` gives the error the CLI
+exits 2 with.
 
-Each column names the serving stack it ran under and reports the step time, tokens/s per
-user (one token per step) and in total (the batch's tokens per step, for one model instance,
-a replica of the workload's layout over ``tp x dp_attention x pp`` devices with every
-attention rank's batch, and for every instance the system holds), and the share of its peak
-HBM bandwidth and FLOP/s the step achieved, and what binds the decode step
+Each column names the serving stack it ran under and reports the step time, decode-step
+tokens/s per user (one token per step) and in total (the batch's tokens per step, for one
+model instance, a replica of the workload's layout over ``tp x dp_attention x pp`` devices
+with every attention rank's batch, and for every instance the system holds), the served
+tokens/s with prefill included (``served_rate``: each request's prefill beside its output
+tokens' decode steps), the system's power and tokens per joule (``report.energy``'s rule),
+its dtypes, and the share of its peak HBM bandwidth and FLOP/s (the peak named with its
+type) the step achieved, and what binds the decode step
 (``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
 wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
 the ``compare`` plot's lines).
@@ -499,9 +504,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     instance_batch = replica_batch(layout, decode.batch)
     system_tokens_per_s = instance_batch / step * base.instances
     packed, packed_s = _packed_prefill(timed, cache, prefill_shapes, decode.batch, prefill_s)
+    # the typical request's (the median prompt's, in every column alike: a compressing
+    # policy's long prompts are their own row, and the workload sends them to every column)
     per_request = packed_s / packed
-    if long is not None and long_s is not None:  # the prompts past the budget, their share
-        per_request = (1 - long.share) * per_request + long.share * long_s
     served, prefill_share = served_rate(instance_batch, ranks, step, per_request, output)
     system_served = served * base.instances
     watts = base.power_w

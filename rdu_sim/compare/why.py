@@ -520,14 +520,9 @@ def _prefill_why(a: Column, b: Column) -> str:
     )
     packing = (_packing(a), _packing(b))
     packed = "" if packing == ("alone", "alone") else f", {packing[0]} vs {packing[1]}"
-    longer = (
-        "; its prompts past the KV budget theirs too"
-        if a.long_prefill_s is not None or b.long_prefill_s is not None
-        else ""
-    )
     mine, theirs = _per_request(a), _per_request(b)
     return (
-        f"each request's prefill ({prompt}{packed}{longer}) takes "
+        f"each request's prefill ({prompt}{packed}) takes "
         f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
         f"{human.duration(theirs)}) beside its {outputs} output tokens' decode steps"
     )
