@@ -114,7 +114,8 @@ def test_a_missing_name_and_a_missing_dask_are_one_error_line(
     )
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == [
-        "error: sn40l-9: file not found, and no shipped hardware file of that name (shipped "
+        "error: sn40l-9: file not found, and no shipped hardware file of that name; did you "
+        "mean 'sn40l-8'? (shipped "
         "hardware files: dgx-h100, dgx-h100-2nodes, dgx-h100-4nodes, dgx-h100-9nodes, "
         "dgx-h100-vllm, dgx-h200, "
         "hgx-h800, "

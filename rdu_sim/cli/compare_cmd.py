@@ -14,8 +14,10 @@ not fit is a column saying so; a system that cannot take the workload (a rule ac
 files: `tp=16` on an 8-GPU system) is a column not run with the rule's sentence while the
 others run (`unsupported` and `invalid` in the JSON), and so is a combination of varied
 values the workload refuses while each value runs in another (`invalid`); the exit status
-is then 0, as for any column saying why. A value no combination accepts, a hardware file
-wrong in itself, or a workload no system given runs is one error line, exit 2. What
+is then 0, as for any column saying why, whenever one column ran. When none ran (the model
+fits no system given, or each refuses it), exit 2 with each column's reason on an error
+line (`compare.nothing_runs`), as `run` exits 2 for one; a value no combination accepts or
+a hardware file wrong in itself is one error line, exit 2. What
 compare does not time is said under the table: a draft's part, for each column with one; a
 Composition of Experts' serving (its columns time one expert); and that a `--vary` of a
 speculation or coe field moves at most the memory plan (compare/why.py `not_compared`).
@@ -41,7 +43,7 @@ from rdu_sim.cli.options import (
     step_shape_errors,
     workload_argument,
 )
-from rdu_sim.compare import Column, Comparison, compare
+from rdu_sim.compare import Column, Comparison, compare, nothing_runs
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
@@ -104,30 +106,95 @@ def _stack(column: Column) -> str:
     return f"{NONE} (the device alone)" if column.stack == NONE else column.stack
 
 
+def _dtypes(column: Column) -> str:
+    """``fp8 / fp8 / bf16``: the stored types of the weights (``bf16, experts mxfp4`` when
+    the routed experts' differ), the KV cache and the activations."""
+    stored = column.dtypes
+    if not stored:  # an invalid combination: nothing was loaded
+        return human.MISSING
+    weights = stored["weights"]
+    if "experts" in stored:
+        weights += f", experts {stored['experts']}"
+    return f"{weights} / {stored['kv']} / {stored['activations']}"
+
+
+def _served(column: Column) -> str:
+    """``3,453 (prefill 77.2% of the time)``: the whole system's served output tokens/s,
+    prefill included, and prefill's share of that time."""
+    if column.system_served_tokens_per_s is None:
+        return human.MISSING
+    share = human.percent(column.prefill_share)
+    return f"{human.number(column.system_served_tokens_per_s)} (prefill {share} of the time)"
+
+
+def _per_device(column: Column) -> str:
+    """``1,728 / 9,146``: served and decode-step tokens/s per device of the whole system."""
+    if column.system_served_tokens_per_s is None or column.system_tokens_per_s is None:
+        return human.MISSING
+    served = column.system_served_tokens_per_s / column.devices
+    return f"{human.number(served)} / {human.number(column.system_tokens_per_s / column.devices)}"
+
+
+def _power(column: Column) -> str:
+    """The whole system's draw while serving, or that its hardware file gives none."""
+    if column.power_w is None:
+        return human.MISSING if column.invalid else NO_POWER
+    return human.si(column.power_w, "W")
+
+
+NO_POWER = "not given (hw.power)"
+"""The power cell of a hardware file without ``power``."""
+
+
+def _per_joule(column: Column) -> str:
+    """``0.301 / 1.59``: served and decode-step tokens per joule of the whole system."""
+    if column.served_tokens_per_joule is None or column.tokens_per_joule is None:
+        return human.MISSING
+    served, decode = column.served_tokens_per_joule, column.tokens_per_joule
+    return f"{human.number(served)} / {human.number(decode)}"
+
+
+def _flops_share(column: Column) -> str:
+    """``12.3% of 1,979 TFLOP/s fp8``: the decode step's share of peak FLOP/s, naming the
+    peak (its type: a GPU's tensor rate at its weights' type, SN40L's bf16)."""
+    if column.flops_fraction is None:
+        return human.MISSING
+    peak = f"{human.flops(column.peak_flops)} {column.peak_flops_type}".rstrip()
+    return f"{human.percent(column.flops_fraction)} of {peak} peak"
+
+
 ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("hardware", lambda c: c.hardware),
     ("kind", lambda c: c.kind),
     ("devices (instances x layout)", _devices),
     ("serving stack", lambda c: _stack(c)),
     ("fusion", lambda c: c.fusion),
+    ("dtypes (weights / KV / activations)", _dtypes),
     ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
     (
         "batch / cached tokens",
         lambda c: "-" if c.batch is None else f"{c.batch:,}{_per_rank(c, c.batch)} / {c.context:,}",
     ),
     ("decode step", lambda c: human.duration(c.step_s)),
-    ("tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
-    ("tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
-    ("tokens/s (whole system)", lambda c: human.number(c.system_tokens_per_s)),
+    ("decode-step tokens/s per user", lambda c: human.number(c.tokens_per_s_per_user)),
+    ("decode-step tokens/s (one instance)", lambda c: human.number(c.tokens_per_s)),
+    ("decode-step tokens/s (whole system)", lambda c: human.number(c.system_tokens_per_s)),
+    ("served tokens/s, prefill included (whole system)", _served),
+    ("tokens/s per device (served / decode-step)", _per_device),
+    ("power (whole system)", _power),
+    ("tokens per joule (served / decode-step)", _per_joule),
     ("peak HBM bandwidth / device", lambda c: human.bandwidth(c.peak_hbm_bandwidth or None)),
     ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
-    ("share of peak FLOP/s", lambda c: human.percent(c.flops_fraction)),
+    ("share of peak FLOP/s", _flops_share),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
     ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
     ("prefill, median prompt past the KV budget", _long_prompt),
 )
 LONG_ROW = ROWS[-1][0]
 """Printed only when some column's policy compresses a prompt the workload sends."""
+PER_DEVICE_ROW = "tokens/s per device (served / decode-step)"
+"""Printed only when the columns that ran hold different numbers of devices (the whole
+systems' tokens/s then compare systems of different sizes)."""
 
 
 def print_comparison(result: Comparison) -> None:
@@ -138,8 +205,9 @@ def print_comparison(result: Comparison) -> None:
     for column in result.columns:
         table.add_column(column.label, justify="right")
     long = any(c.long_prefill_s is not None for c in result.columns)
+    sizes = {c.devices for c in result.columns if c.fits}
     for label, cell in ROWS:
-        if label == LONG_ROW and not long:
+        if (label == LONG_ROW and not long) or (label == PER_DEVICE_ROW and len(sizes) < 2):
             continue
         table.add_row(label, *(cell(c) for c in result.columns))
     console = Console(soft_wrap=True)
@@ -209,8 +277,17 @@ def command(
         )
     with step_shape_errors(workload):  # a --context beyond serving.max_context, say
         result = compare(
-            workload, hardware_files, overrides, vary=vary, batch=batch, context=context
+            workload,
+            hardware_files,
+            overrides,
+            vary=vary,
+            batch=batch,
+            context=context,
+            flags=True,
         )
+    refused = nothing_runs(result)
+    if refused is not None:  # no system given runs it: bad input, as `run` says (exit 2)
+        raise refused
     if as_json:
         click.echo(json.dumps(result.to_dict(), sort_keys=True))
     else:

@@ -23,14 +23,19 @@ workload by a rule across the files (``CombinationError``: ``tp=16`` on an 8-GPU
 while another system runs it, a column not run (``unsupported``) with the rule's sentence;
 and so is a combination of varied values the workload refuses while each value runs in
 another combination (``dp_attention=16`` with ``ep=64``), with the refusal's reason. A value
-no combination accepts, a hardware file wrong in itself, or a workload no system given runs
-is an error, one line, before anything is simulated.
+no combination accepts, a hardware file wrong in itself, or a workload every variant refuses
+is an error, one line, before anything is simulated; a comparison no column of which ran
+(the model fits none) is returned as it is, and ``nothing_runs`` gives the error the CLI
+exits 2 with.
 
-Each column names the serving stack it ran under and reports the step time, tokens/s per
-user (one token per step) and in total (the batch's tokens per step, for one model instance,
-a replica of the workload's layout over ``tp x dp_attention x pp`` devices with every
-attention rank's batch, and for every instance the system holds), and the share of its peak
-HBM bandwidth and FLOP/s the step achieved, and what binds the decode step
+Each column names the serving stack it ran under and reports the step time, decode-step
+tokens/s per user (one token per step) and in total (the batch's tokens per step, for one
+model instance, a replica of the workload's layout over ``tp x dp_attention x pp`` devices
+with every attention rank's batch, and for every instance the system holds), the served
+tokens/s with prefill included (``served_rate``: each request's prefill beside its output
+tokens' decode steps), the system's power and tokens per joule (``report.energy``'s rule),
+its dtypes, and the share of its peak HBM bandwidth and FLOP/s (the peak named with its
+type) the step achieved, and what binds the decode step
 (``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
 wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
 the ``compare`` plot's lines).
@@ -38,6 +43,7 @@ the ``compare`` plot's lines).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,9 +59,11 @@ from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
+from rdu_sim.config.loader import did_you_mean
 from rdu_sim.config.overrides import (
     API,
     GivenOverrides,
+    SetSource,
     normalize_overrides,
     origin_of,
     parse_override,
@@ -63,9 +71,11 @@ from rdu_sim.config.overrides import (
 )
 from rdu_sim.config.parallelism import replica_batch, replica_devices
 from rdu_sim.config.yaml_io import checked_file
-from rdu_sim.engine.for_hardware import peak_matrix_flops
+from rdu_sim.engine.for_hardware import peak_matrix_flops, peak_matrix_type
 from rdu_sim.engine.timing import StepTiming
+from rdu_sim.input_errors import InputError
 from rdu_sim.report.bound import step_bound
+from rdu_sim.report.energy import machine_watts
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.coe import (
     coe_capacity,
@@ -76,14 +86,18 @@ from rdu_sim.serving.coe import (
 from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import long_prompts, typical_prefill
+from rdu_sim.shapes import StepShape
 
 __all__ = [
     "Column",
     "Comparison",
+    "NothingRunsError",
     "Variant",
     "compare",
     "compare_batches",
+    "nothing_runs",
     "parse_vary",
+    "served_rate",
     "variants",
 ]
 
@@ -196,9 +210,12 @@ def compare(
     vary: Sequence[str] = (),
     batch: int | None = None,
     context: int | None = None,
+    flags: bool = False,
 ) -> Comparison:
     """The workload under each variant: each of ``hardware_files`` x each value of each
-    ``vary`` (``PATH=A,B``; module docstring)."""
+    ``vary`` (``PATH=A,B``; module docstring). ``flags``: an error at a varied field names
+    the command line's flag (``--vary``, ``--hardware``), as ``rdu-sim compare`` asks; else
+    this function's argument (``vary``, ``hardware_files``)."""
     if not hardware_files and not vary:
         raise ValueError("give at least one hardware file or varied field")
     sides = variants(hardware_files, vary)
@@ -206,7 +223,7 @@ def compare(
     for path in (p for p in sides[0].settings if p in shared):
         raise ConfigError.single("--vary", path, "also given by --set; give it once")
     # every variant is validated before any is simulated: a bad one costs no simulation
-    given = origin_of(overrides, API)  # the command line's marks --set
+    given = _origins(sides, bool(hardware_files), flags, origin_of(overrides, API))
     loaded = [_load(workload, GivenOverrides(shared, given), side) for side in sides]
     _refuse_values_never_valid(sides, loaded)
     first = next(found for found in loaded if isinstance(found, Scenario))
@@ -231,6 +248,43 @@ def compare(
         tuple(verdicts(columns)),
         scope(columns),
     )
+
+
+class NothingRunsError(InputError):
+    """No variant given runs the workload (the model fits none, each refuses it): a
+    comparison of nothing, bad input as a run of it is (``rdu-sim compare`` exits 2). Its
+    message is each column's reason, a line each, led by its label when there are several."""
+
+
+def nothing_runs(result: Comparison) -> NothingRunsError | None:
+    """The error of a comparison no column of which ran (:class:`NothingRunsError`), None
+    when one did: what ``rdu-sim compare`` raises, where ``compare`` returns the columns
+    (``compare_batches`` at a batch none holds: each column says why)."""
+    if any(column.fits for column in result.columns):
+        return None
+    if len(result.columns) == 1:
+        return NothingRunsError(result.columns[0].reason)
+    return NothingRunsError(
+        "\n".join(f"{column.label}: {column.reason}" for column in result.columns)
+    )
+
+
+def _origins(
+    sides: Sequence[Variant], hardware_files: bool, flags: bool, shared: str
+) -> SetSource | str:
+    """Where the overrides each variant is loaded with were given: the shared ones where
+    ``shared`` says (``config.overrides.origin_of``), a varied field by the flag that varied
+    it, ``(from --vary stack)``, ``(from --hardware)`` (``flags``), else by this module's
+    argument, ``vary: stack``, ``hardware_files``."""
+    origins = dict(shared.origins) if isinstance(shared, SetSource) else {}
+    vary = "--vary " if flags else "vary: "
+    origins.update({path: vary + path for path in sides[0].settings if path != "hardware"})
+    if "hardware" in sides[0].settings:
+        if hardware_files:
+            origins["hardware"] = "--hardware" if flags else "hardware_files"
+        else:
+            origins["hardware"] = vary + "hardware"
+    return SetSource(str(shared), origins) if origins else shared
 
 
 def _load(workload: str | Path, shared: Mapping[str, Any], side: Variant) -> Scenario | ConfigError:
@@ -345,10 +399,27 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> GivenOverrides:
     merged = GivenOverrides({**shared, **side.settings}, source_of(shared))
     hardware = side.settings.get("hardware")
     if hardware is not None:
-        found = shipped.locate(Path(str(hardware)).expanduser(), ("hardware",))
-        merged["hardware"] = str(checked_file(found).resolve())
+        merged["hardware"] = str(checked_file(_hardware_file(str(hardware))).resolve())
         merged.setdefault("stack", None)
     return merged
+
+
+def _hardware_file(given: str) -> Path:
+    """The hardware file a variant names (a path, or a shipped file by name:
+    ``shipped.locate``); a name that is neither is refused with the shipped name it is
+    close to, as a workload's ``hardware:`` is (``config.loader.did_you_mean``):
+    ``dgx-h300: file not found, and no shipped hardware file of that name; did you mean
+    'dgx-h200'? ...``."""
+    path = Path(given).expanduser()
+    try:
+        return shipped.locate(path, ("hardware",))
+    except ConfigError as exc:
+        meant = did_you_mean(path.name.removesuffix(".yaml"), shipped.names("hardware"))
+        if not meant or len(exc.issues) != 1:
+            raise
+        issue = exc.issues[0]
+        said = issue.message.replace(" of that name", f" of that name{meant}", 1)
+        raise ConfigError([dataclasses.replace(issue, message=said)]) from None
 
 
 def _coe_expert(scenario: Scenario, batch: int | None) -> tuple[Scenario, int, int]:
@@ -379,6 +450,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     layout = scenario.workload.parallelism.layout()
     per_instance = replica_devices(layout)
     ranks = replica_batch(layout, 1)
+    power, sockets_per_node = hardware.power, hardware.system.sockets_per_node
     base = Column(
         hardware=hardware.name,
         hardware_file=scenario.hardware_file,
@@ -396,6 +468,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         hbm_efficiency=float(hardware.hbm.efficiency),
         peak_flops=peak_matrix_flops(scenario),
+        peak_flops_type=peak_matrix_type(scenario),
+        dtypes=_dtypes(scenario),
+        power_w=None if power is None else machine_watts(power, devices, sockets_per_node),
         label=side.label(hardware.name),
         settings=dict(side.settings),
         draft=None if scenario.draft is None else scenario.draft.model.name,
@@ -422,6 +497,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         long = long_prompts(timed)
         long_s = None if long is None else prefill_seconds(cache, timed, long.median)
         long_shapes = [] if long is None else served_prefill_steps(timed, long.median)
+        output = typical_output(timed, prompt)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -429,6 +505,14 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     step = timing.step_s
     bound = step_bound(timing, hardware)
     instance_batch = replica_batch(layout, decode.batch)
+    system_tokens_per_s = instance_batch / step * base.instances
+    packed, packed_s = _packed_prefill(timed, cache, prefill_shapes, decode.batch, prefill_s)
+    # the typical request's (the median prompt's, in every column alike: a compressing
+    # policy's long prompts are their own row, and the workload sends them to every column)
+    per_request = packed_s / packed
+    served, prefill_share = served_rate(instance_batch, ranks, step, per_request, output)
+    system_served = served * base.instances
+    watts = base.power_w
     return replace(
         base,
         fits=True,
@@ -438,7 +522,15 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         step_s=step,
         tokens_per_s_per_user=1.0 / step,
         tokens_per_s=instance_batch / step,
-        system_tokens_per_s=instance_batch / step * base.instances,
+        system_tokens_per_s=system_tokens_per_s,
+        output_tokens=output,
+        served_tokens_per_s=served,
+        system_served_tokens_per_s=system_served,
+        prefill_share=prefill_share,
+        prefill_packed=packed,
+        prefill_packed_s=packed_s,
+        tokens_per_joule=None if watts is None else system_tokens_per_s / watts,
+        served_tokens_per_joule=None if watts is None else system_served / watts,
         hbm_bandwidth_fraction=timing.hbm_bandwidth_fraction,
         flops_fraction=timing.flops_fraction,
         kernel_calls=sum(1 if k.looped else k.calls for k in timing.kernels),
@@ -460,3 +552,71 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         runtime_s=bound.runtime_s,
         pipeline_bubble=bound.bubble,
     )
+
+
+def _dtypes(scenario: Scenario) -> dict[str, str]:
+    """The stored types of the weights (the model's released type unless ``dtypes.weights``
+    sets one; its routed experts' too when they differ), the KV cache and the activations."""
+    dtypes = scenario.workload.dtypes
+    stored = {"weights": scenario.weight_dtype}
+    if scenario.expert_dtype != scenario.weight_dtype:
+        stored["experts"] = scenario.expert_dtype
+    return {**stored, "kv": str(dtypes.kv), "activations": str(dtypes.activations)}
+
+
+def typical_output(scenario: Scenario, prompt: int) -> int:
+    """The typical request's output tokens: the distribution's median (a trace's median
+    row), within the context beside the typical ``prompt`` (``serving.requests``' clip), as
+    the typical prompt is the distribution's median (``serving.step_shape.typical_prefill``)."""
+    import numpy as np
+
+    from rdu_sim.serving.requests import clip_to_context, make_requests, typical_length
+
+    serving = scenario.workload.serving
+    if serving.trace is None:
+        output = typical_length(serving.output_tokens)
+    else:
+        requests = make_requests(
+            serving, 1, scenario.base_dir, scenario.workload_file, scenario.overrides
+        )
+        output = int(np.median(requests.output_tokens)) if len(requests.output_tokens) else 1
+    _, clipped = clip_to_context(np.asarray([prompt]), np.asarray([output]), serving.max_context)
+    return int(clipped[0])
+
+
+def _packed_prefill(
+    scenario: Scenario,
+    cache: StepCache,
+    steps: Sequence[StepShape],
+    slots: int,
+    prefill_s: float,
+) -> tuple[int, float]:
+    """The typical prompts one prefill step runs, and its time: as many as the serving
+    stack packs (``prefill_batch_tokens``: whole prompts of one shape, within that many
+    padded tokens; ``serving.scheduler``), at most a rank's ``slots``; one, in
+    ``prefill_s``, when the stack packs none, the prompt runs in chunks or a draft
+    prefills beside it (the scheduler packs neither)."""
+    budget = scenario.stack.prefill_batch_tokens
+    if budget is None or len(steps) != 1 or scenario.draft is not None:
+        return 1, prefill_s
+    prompts = min(slots, budget // steps[0].tokens)
+    if prompts <= 1:
+        return 1, prefill_s
+    return prompts, cache.step_s(replace(steps[0], batch=prompts))
+
+
+def served_rate(
+    batch: int, ranks: int, step_s: float, prefill_s: float, output_tokens: int
+) -> tuple[float, float]:
+    """One instance's served output tokens/s with prefill included, and prefill's share of
+    its time, from the steps compare times (no serving run): each of an attention rank's
+    ``batch / ranks`` slots serves a request in turn, its prefill (``prefill_s``, one
+    request's share of a prefill step: ``_packed_prefill``) then its ``output_tokens`` decode steps,
+    which the rank's slots share; prefill and decode take the device in turn, so the rank
+    spends ``batch / ranks x prefill_s + output_tokens x step_s`` on ``batch / ranks x
+    output_tokens`` tokens: per token, ``prefill_s / output_tokens`` of prefill beside
+    ``step_s / (batch / ranks)`` of decode. A steady state of full slots at the timed
+    context: no fill or drain, and a pipeline's prefills not overlapped across its stages."""
+    slots = batch / ranks
+    prefill, decode = slots * prefill_s, output_tokens * step_s
+    return batch * output_tokens / (prefill + decode), prefill / (prefill + decode)

@@ -42,16 +42,41 @@ class Column:
     batch: int | None = None
     context: int | None = None  # cached tokens the decode step attends to (its bucket)
     step_s: float | None = None
+    # decode-step tokens/s: one decode step's tokens over its time, prefill left out (the
+    # keys keep their names; the table and the verdicts say "decode-step")
     tokens_per_s_per_user: float | None = None
     tokens_per_s: float | None = None  # one model instance: batch / step_s
     system_tokens_per_s: float | None = None  # every instance
+    # the typical request's output tokens (its median, within the context beside the
+    # typical prompt): the decode steps each prefill is shared with in the served tokens/s
+    output_tokens: int | None = None
+    # served output tokens/s, prefill included (``compare.served_rate``): each request's
+    # prefill and its output tokens' decode steps at the batch, in turn; one instance, and
+    # every instance
+    served_tokens_per_s: float | None = None
+    system_served_tokens_per_s: float | None = None
+    prefill_share: float | None = None  # prefill's share of that served time
+    # the typical prompts one prefill step runs (the stack's ``prefill_batch_tokens`` packs
+    # them; 1 without) and that step's time: a request's prefill is its share of it
+    prefill_packed: int | None = None
+    prefill_packed_s: float | None = None
+    # the whole system's draw while serving (``report.energy.machine_watts``: every device
+    # and its share of the hosts); None when the hardware file gives no power
+    power_w: float | None = None
+    tokens_per_joule: float | None = None  # decode-step tokens/s (whole system) / power_w
+    served_tokens_per_joule: float | None = None  # served tokens/s (whole system) / power_w
+    # the stored types of the weights, the KV cache and the activations (``dtypes``)
+    dtypes: dict[str, str] = field(default_factory=dict)
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
-    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s at its weights' type
+    flops_fraction: float | None = None  # of one device's peak matrix FLOP/s (peak_flops)
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
     # the share of that peak the HBM sustains (``hbm.efficiency``): its time in the bound is
     # the bytes at peak x efficiency, the rate the verdict's arithmetic states
     hbm_efficiency: float = 1.0
-    peak_flops: float = 0.0  # matrix FLOP/s of one device at its weights' type
+    # matrix FLOP/s of one device at ``peak_flops_type`` (``engine.for_hardware``: a GPU's
+    # tensor rate at its weights' type, fp8 for fp8 weights; SN40L's bf16 whatever they are)
+    peak_flops: float = 0.0
+    peak_flops_type: str = ""
     kernel_calls: int | None = None  # kernel calls in one decode step
     # the typical prompt's prefill as a server runs it (``serving.run.prefill_seconds``, a
     # run's ``prefill_s``): padded to its prompt bucket, or in chunks

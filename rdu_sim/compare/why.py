@@ -32,11 +32,21 @@ from rdu_sim.report.console import not_timed, served_by
 
 UNEXPLAINED = BINDS_SHARE
 """Below this share of its step (the share from which the reports say a resource binds a
-step, ``report.bound.BINDS_SHARE``), the binding resource's time does not explain the step:
-the verdict names the largest other resource's time in that step (kernel boundaries, host time,
-launches: ``report.bound``), then says the rest is time no one resource explains
-(latencies, a pipeline's fill and drain, resources waiting on each other), rather than
-crediting the binding resource."""
+step, ``report.bound.BINDS_SHARE``), the binding resource's time does not explain the step,
+and the verdict says what does rather than crediting the binding resource: on a GPU, whose
+kernels run one after another, the parts that add up to its step (``_gpu_parts``: kernel
+boundaries, the collectives' kernels, host time beside the binding resource); else the
+largest other resource's time in that step (``report.bound``), then that the rest is time
+no one resource explains (latencies, a pipeline's fill and drain, resources waiting on each
+other)."""
+
+
+PREFILL_MATTERS = 0.1
+"""From this share of either column's served time (``Column.prefill_share``: each request's
+prefill beside its output tokens' decode steps at the batch), the verdict leads with the
+served tokens/s, prefill included, and names the prefill as a reason of its own: a decode
+step's tokens/s alone then misstates what the system serves (2,048-token prompts with 128
+output tokens: prefill is most of the time, and the ratio moves from 1.65x to 2.02x)."""
 
 
 DIFFERENT_REST = 0.15
@@ -158,6 +168,70 @@ def _next_largest(column: Column) -> str:
         f"{column.label}'s {RESOURCES.get(name, name)}, {human.duration(time)} alone "
         f"({human.percent(time / column.step_s)} of its step)"
     )
+
+
+SERIAL = ("boundaries", "link", "host_link", "host")
+"""A GPU step's resources that take time of their own beside its kernels' HBM and compute:
+the gaps at the kernels' boundaries, the collectives' own kernels, the logits' trip to the
+host and the stack's serial host time. Its kernels run one after another, so these add to
+the binding resource's time (:func:`_gpu_parts`)."""
+
+
+def _gpu_parts(column: Column) -> str:
+    """A GPU step the binding resource does not explain, as the parts that add up to it: its
+    kernels run one after another, so its step is the sum of their times, each kernel's
+    bound by its own resource (``dgx-h200 runs its kernels one after another, its step the
+    sum of their times, each bound by its own resource: HBM bandwidth 8.99 ms, kernel
+    boundaries (launch and sync) 5.29 ms and the links (its collectives' kernels) 3.33 ms
+    make 17.6 ms of its 19.3 ms; the rest, 1.7 ms, is kernels another resource binds
+    (compute 4.22 ms alone, ...)``): the binding resource's time and each of :data:`SERIAL`
+    while their sum stays within the step. Nothing when none of :data:`SERIAL` takes time."""
+    assert column.step_s is not None and column.bound is not None
+    step, times = column.step_s, column.resource_s
+    added = [(column.bound, times.get(column.bound, 0.0))]
+    for name in SERIAL:
+        time = times.get(name, 0.0)
+        if name != column.bound and time > 0 and sum(t for _, t in added) + time <= step:
+            added.append((name, time))
+    if len(added) < 2:
+        return ""
+    total = sum(t for _, t in added)
+    words = [f"{_part_words(column, name)} {human.duration(t)}" for name, t in added]
+    listed = f"{', '.join(words[:-1])} and {words[-1]}"
+    sentence = (
+        f"{column.label} runs its kernels one after another, its step the sum of their "
+        f"times, each bound by its own resource: {listed} make {human.duration(total)} of its "
+        f"{human.duration(step)}"
+    )
+    left = step - total
+    if left < 0.01 * step:
+        return sentence
+    kept = {name for name, _ in added}
+    others = {n: times[n] for n in RESOURCES if n not in kept and times.get(n, 0.0) > 0}
+    listed_others = ", ".join(f"{RESOURCES[n]} {human.duration(t)}" for n, t in others.items())
+    unexplained = "no one resource explains (latencies, resources waiting on each other)"
+    if not others:
+        return f"{sentence}; the rest, {human.duration(left)}, {unexplained}"
+    if sum(others.values()) >= left:
+        return (
+            f"{sentence}; the rest, {human.duration(left)}, is kernels another resource "
+            f"binds (alone: {listed_others})"
+        )
+    most = sum(others.values())
+    return (
+        f"{sentence}; of the rest, {human.duration(left)}, the other resources take at most "
+        f"{human.duration(most)} (alone: {listed_others}), and {human.duration(left - most)} "
+        f"{unexplained}"
+    )
+
+
+def _part_words(column: Column, name: str) -> str:
+    """A resource as a part of a GPU step: the links as its collectives' kernels on them
+    (their class's field, ``hw.system.intra_node_link``)."""
+    if name == "link":
+        where = f" (hw.system.{column.bound_link})" if column.bound_link else ""
+        return f"its collectives' kernels on the links{where}"
+    return RESOURCES[name]
 
 
 def column_lines(columns: Sequence[Column]) -> list[str]:
@@ -328,18 +402,20 @@ def _device_why(a: Column, b: Column) -> str:
     resource = _resource(a)
     shares = (_share(a), _share(b))
     if min(shares) < UNEXPLAINED:
-        # the resource that takes the most of what the binding one leaves, in each step the
-        # binding one does not explain, before the time no resource explains
-        named = [
-            words
-            for c, share in zip((a, b), shares, strict=True)
-            if share < UNEXPLAINED and (words := _next_largest(c))
-        ]
+        # in each step the binding resource does not explain: a GPU's parts, which add up
+        # (its kernels run one after another); else the resource that takes the most of
+        # what the binding one leaves, before the time no resource explains
+        unexplained = [c for c, share in zip((a, b), shares, strict=True) if share < UNEXPLAINED]
+        parts = [words for c in unexplained if c.kind == "gpu" and (words := _gpu_parts(c))]
+        others = [c for c in unexplained if c.kind != "gpu" or not _gpu_parts(c)]
+        named = [words for c in others if (words := _next_largest(c))]
         largest = f"; the largest other: {'; '.join(named)}" if named else ""
+        rest = f"; the rest is time no one resource explains ({_rest(a, b)})" if others else ""
+        added = f"; {'; '.join(parts)}" if parts else ""
         return (
             f"{head}; {_bound_label(a)} {resource} vs {_bound_label(b)} {resource}: it "
             f"takes {human.percent(shares[0])} vs {human.percent(shares[1])} of their step "
-            f"time{largest}; the rest is time no one resource explains ({_rest(a, b)})"
+            f"time{added}{largest}{rest}"
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, _hbm_rate(a), _hbm_rate(b), "traffic"),
@@ -405,20 +481,88 @@ def _boundaries(a: Column, b: Column) -> str:
     )
 
 
-def verdict(a: Column, b: Column) -> str:
-    """``a`` against ``b`` (both fit): the ratios, and why."""
+def prefill_matters(a: Column, b: Column) -> bool:
+    """Whether prefill takes :data:`PREFILL_MATTERS` of either column's served time (its
+    prompts long beside its outputs at the batch): the verdict then leads with the served
+    tokens/s, prefill included."""
+    shares = (a.prefill_share, b.prefill_share)
+    return all(s is not None for s in shares) and max(s or 0.0 for s in shares) >= PREFILL_MATTERS
+
+
+def _per_request(column: Column) -> float:
+    """A request's prefill time: its share of the prefill step that runs it
+    (``Column.prefill_packed``: the prompts the stack packs into one step)."""
+    assert column.prefill_packed_s is not None and column.prefill_packed
+    return column.prefill_packed_s / column.prefill_packed
+
+
+def _packing(column: Column) -> str:
+    """``4 to a 270 ms step`` when the stack packs prompts into a prefill step; ``alone``."""
+    if not column.prefill_packed or column.prefill_packed == 1:
+        return "alone"
+    return f"{column.prefill_packed} to a {human.duration(column.prefill_packed_s)} step"
+
+
+def _prefill_why(a: Column, b: Column) -> str:
+    """Each request's prefill against its output tokens, the served tokens/s' other part:
+    ``each request's prefill (its 2,048-token typical prompt, 4 to a 270 ms step vs alone)
+    takes 1.11x as long (67.4 ms vs 60.8 ms) beside its 128 output tokens' decode steps``."""
+    outputs = (
+        f"{a.output_tokens:,}"
+        if a.output_tokens == b.output_tokens
+        else f"{a.output_tokens or 0:,} vs {b.output_tokens or 0:,}"
+    )
+    tokens = (a.prefill_tokens or 0, b.prefill_tokens or 0)
+    prompt = (
+        f"its {tokens[0]:,}-token typical prompt"
+        if tokens[0] == tokens[1]
+        else f"its typical prompt, {tokens[0]:,} vs {tokens[1]:,} tokens"
+    )
+    packing = (_packing(a), _packing(b))
+    packed = "" if packing == ("alone", "alone") else f", {packing[0]} vs {packing[1]}"
+    mine, theirs = _per_request(a), _per_request(b)
+    return (
+        f"each request's prefill ({prompt}{packed}) takes "
+        f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
+        f"{human.duration(theirs)}) beside its {outputs} output tokens' decode steps"
+    )
+
+
+def _head(a: Column, b: Column, served: bool) -> str:
+    """The verdict's ratios: the whole system's served tokens/s, prefill included, when
+    ``served`` (:func:`prefill_matters`), then its decode-step tokens/s, and a user's."""
     assert a.system_tokens_per_s is not None and b.system_tokens_per_s is not None
     assert a.tokens_per_s_per_user is not None and b.tokens_per_s_per_user is not None
-    assert a.batch is not None and b.batch is not None
-    head = (
-        f"{a.label} serves {human.ratio(a.system_tokens_per_s / b.system_tokens_per_s)} the "
-        f"tokens/s of {b.label} on the whole system "
-        f"({human.number(a.system_tokens_per_s)} vs {human.number(b.system_tokens_per_s)}) "
-        f"at {human.ratio(a.tokens_per_s_per_user / b.tokens_per_s_per_user)} its tokens/s "
-        "per user "
-        f"({human.number(a.tokens_per_s_per_user)} vs {human.number(b.tokens_per_s_per_user)})"
+    decode = (
+        f"{human.ratio(a.system_tokens_per_s / b.system_tokens_per_s)} the decode-step tokens/s"
     )
-    reasons = []
+    decode_numbers = (
+        f"({human.number(a.system_tokens_per_s)} vs {human.number(b.system_tokens_per_s)})"
+    )
+    user = (
+        f"at {human.ratio(a.tokens_per_s_per_user / b.tokens_per_s_per_user)} its decode-step "
+        f"tokens/s per user ({human.number(a.tokens_per_s_per_user)} vs "
+        f"{human.number(b.tokens_per_s_per_user)})"
+    )
+    if not served:
+        return f"{a.label} serves {decode} of {b.label} on the whole system {decode_numbers} {user}"
+    assert a.system_served_tokens_per_s is not None and b.system_served_tokens_per_s is not None
+    ratio = a.system_served_tokens_per_s / b.system_served_tokens_per_s
+    return (
+        f"{a.label} serves {human.ratio(ratio)} the output tokens/s of {b.label} on the whole "
+        f"system with prefill included ({human.number(a.system_served_tokens_per_s)} vs "
+        f"{human.number(b.system_served_tokens_per_s)}; prefill "
+        f"{human.percent(a.prefill_share)} vs {human.percent(b.prefill_share)} of the time), "
+        f"{decode} {decode_numbers} {user}"
+    )
+
+
+def verdict(a: Column, b: Column) -> str:
+    """``a`` against ``b`` (both fit): the ratios, and why."""
+    assert a.batch is not None and b.batch is not None
+    served = prefill_matters(a, b)
+    head = _head(a, b, served)
+    reasons = [_prefill_why(a, b)] if served else []
     if a.batch != b.batch:
         batch = f"it runs {human.ratio(a.batch / b.batch)} the batch ({a.batch} vs {b.batch} slots"
         if (a.batch, b.batch) == (a.batch_capacity, b.batch_capacity):
@@ -431,15 +575,18 @@ def verdict(a: Column, b: Column) -> str:
     if a.instances != b.instances:
         reasons.append(f"the system holds {_instances(a)} vs {_instances(b)}")
     reasons.append(_step_why(a, b))
+    if served:  # the decode step's reasons after the prefill's
+        reasons[1] = f"in decode, {reasons[1]}"
     return f"{head}. Why: {'; '.join(reasons)}."
 
 
 def scope(columns: Sequence[Column]) -> str:
     """What every verdict compares, in one line, when two variants or more fit: one decode
-    step each with every slot at one context (its bucket), tokens/s of decode alone (prefill
-    left out), which a serving run need not match: there the batch fills and drains,
-    prefills take their time, and a stack with a paged KV cache (a GPU's)
-    reads each sequence's own context; ``rdu-sim run`` times that."""
+    step each with every slot at one context (its bucket) and the typical prefill, tokens/s
+    of the decode step alone and served with prefill included (``compare.served_rate``),
+    which a serving run need not match: there the batch fills and drains, lengths vary,
+    and a stack with a paged KV cache (a GPU's) reads each sequence's own context;
+    ``rdu-sim run`` times that."""
     fitting = [c for c in columns if c.fits and c.context is not None]
     if len(fitting) < 2:
         return ""
@@ -457,9 +604,11 @@ def scope(columns: Sequence[Column]) -> str:
     )
     reads = f", and {whose} reads each sequence's own context" if paged else ""
     return (
-        f"Each verdict compares one decode step with every slot at {held}, its tokens/s "
-        "decode's alone (prefill left out: its own row): a serving run can differ, where the "
-        f"batch fills and drains, prefills take time from decoding and each context "
+        f"Each verdict compares one decode step with every slot at {held}, and the typical "
+        "request's prefill: decode-step tokens/s are that step's alone, served tokens/s "
+        "(prefill included) add each request's prefill beside its output tokens' decode "
+        "steps, taking the device in turn with every slot busy. A serving run can differ, "
+        f"where the batch fills and drains, prompts and outputs vary and each context "
         f"grows{reads} (rdu-sim run times one)."
     )
 

@@ -47,6 +47,22 @@ def gpu_settings(scenario: Scenario) -> GpuSettings:
     )
 
 
+RDU_MATRIX_TYPE = "bf16"
+"""The type of an SN40L socket's matrix peak (``pcu.peak_flops``, BF16): the one its PCUs
+compute at, whatever type the weights are stored in."""
+
+
+def peak_matrix_type(scenario: Scenario) -> str:
+    """The type of :func:`peak_matrix_flops`' peak (``fp8``, ``bf16``), so a share of it
+    says which peak it is of."""
+    hardware = scenario.hardware
+    if isinstance(hardware, GpuHardwareConfig):
+        from rdu_sim.engine.gpu import work
+
+        return work.peak_matrix_type(gpu_settings(scenario))
+    return RDU_MATRIX_TYPE
+
+
 def peak_matrix_flops(scenario: Scenario) -> float:
     """Peak matrix FLOP/s of one device, the one a step's ``flops_fraction`` is of: SN40L's
     BF16 peak, a GPU's tensor rate at the weights' type."""

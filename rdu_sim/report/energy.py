@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rdu_sim.config.economics import CostConfig, PowerConfig
 
-__all__ = ["Energy", "Machine", "energy_of", "fleet_energy"]
+__all__ = ["Energy", "Machine", "energy_of", "fleet_energy", "machine_watts"]
 
 J_PER_KWH = 3.6e6
 
@@ -47,6 +47,13 @@ class Machine:
     sockets_per_node: int
 
 
+def machine_watts(power: PowerConfig, sockets: int, sockets_per_node: int) -> float:
+    """What ``sockets`` of a hardware file draw while serving: each socket's ``socket_w`` and
+    their share of the hosts' ``host_w`` (``sockets / sockets_per_node`` nodes): the one power
+    rule of a run's energy and of ``rdu-sim compare``'s tokens per joule."""
+    return sockets * power.socket_w + sockets / sockets_per_node * power.host_w
+
+
 def energy_of(
     power: PowerConfig | None,
     cost: CostConfig,
@@ -72,7 +79,7 @@ def fleet_energy(
     for m in machines:
         if m.power is None:
             return None
-        machine_w = m.sockets * m.power.socket_w + m.sockets / m.sockets_per_node * m.power.host_w
+        machine_w = machine_watts(m.power, m.sockets, m.sockets_per_node)
         machine_j = machine_w * makespan_s
         machine_energy_usd = machine_j / J_PER_KWH * m.cost.usd_per_kwh
         watts += machine_w

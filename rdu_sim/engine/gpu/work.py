@@ -58,10 +58,16 @@ def matrix_rate(stage: StageProgram, gpu: GpuConfig, settings: GpuSettings) -> f
     return gpu.fp8_flops if fp8 else gpu.bf16_flops
 
 
+def peak_matrix_type(settings: GpuSettings) -> str:
+    """The type of the tensor rate a step's projections run at, the one its share of peak
+    FLOP/s is of: ``fp8`` (FP8 tensor cores) for fp8 weights, else ``bf16``."""
+    return "fp8" if settings.fp8_weights else "bf16"
+
+
 def peak_matrix_flops(gpu: GpuConfig, settings: GpuSettings) -> float:
     """The matrix peak a step's share of peak FLOP/s is of: the tensor rate of the weights'
-    type (FP8 tensor cores for fp8 weights), what the step's projections run at."""
-    return gpu.fp8_flops if settings.fp8_weights else gpu.bf16_flops
+    type (:func:`peak_matrix_type`), what the step's projections run at."""
+    return gpu.fp8_flops if peak_matrix_type(settings) == "fp8" else gpu.bf16_flops
 
 
 def gemm_efficiency(stage: StageProgram, gpu: GpuConfig) -> float:
