@@ -28,10 +28,10 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from numpy.typing import NDArray
 
@@ -54,19 +54,22 @@ from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import API, overridden
 from rdu_sim.config.show import cut_middle
+from rdu_sim.input_errors import InputError
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.clock import SimulatedTimeError
-from rdu_sim.serving.limits import warn_unchunked
+from rdu_sim.serving.limits import check_pool, warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
 Progress = Callable[[int, int], None]
+
+E = TypeVar("E", bound=InputError)
 
 MAX_CLUSTER_SLOTS = 10_000_000
 """Batch slots over all replicas: each costs ~60 bytes of slot state (and a few NumPy
@@ -148,11 +151,14 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     return int(capacity // block)
 
 
-def _in_pool(exc: CapacityError, cluster: ClusterScenario, pool: PoolScenario) -> CapacityError:
-    """A pool's batch capacity or memory plan refused in a lone run's words, ending with the
-    pool that runs it (two pools may run one workload file under different sets)."""
+def _in_pool(exc: E, cluster: ClusterScenario, pool: PoolScenario) -> E:
+    """A pool's batch capacity, memory plan or KV pool refused in a lone run's words, ending
+    with the pool that runs it (two pools may run one workload file under different sets)."""
+    said = f" (pool {pool.name!r} of {cluster.file})"
+    if isinstance(exc, ConfigError):  # its words are its issues'
+        return type(exc)([replace(i, message=i.message + said) for i in exc.issues])
     named = copy.copy(exc)  # its type and field (``SlotsCapacityError.field``) kept
-    named.args = (f"{exc} (pool {pool.name!r} of {cluster.file})",)
+    named.args = (f"{exc}{said}",)
     return named
 
 
@@ -352,13 +358,21 @@ def plan_cluster(
 ) -> tuple[ContextFit, ClassLabels | None, list[PoolResolved]]:
     """What a cluster run reads, decides and refuses before it simulates: its traffic, fit to
     the context; each request's class; each pool's batch slots and memory plan
-    (:func:`resolve_pools`, a refusal naming the pool); a prefix cache's trace hashes.
+    (:func:`resolve_pools`, a refusal naming the pool); that each pool's paged KV pool holds
+    every request (``serving.limits.check_pool``); a prefix cache's trace hashes.
     ``rdu-sim check`` calls it, so it refuses a cluster as its run would."""
     config = cluster.config
     requests = load_traffic(cluster)
     fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
     labels = class_labels(fit.requests, config.classes, cluster.file)
     pools = resolve_pools(cluster, backend)
+    admitted = ~fit.rejected  # a rejected request reaches no pool
+    prompts, outputs = fit.requests.prompt_tokens[admitted], fit.requests.output_tokens[admitted]
+    for resolved in pools:  # a request no replica's KV pool ever holds would wait forever
+        try:
+            check_pool(resolved.pool.scenario, resolved.placement.kv_pool, prompts, outputs)
+        except ConfigError as exc:
+            raise _in_pool(exc, cluster, resolved.pool) from None
     if config.prefix_cache is not None and not fit.requests.has_hashes:
         raise ConfigError.single(
             cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"
