@@ -49,3 +49,31 @@ def test_a_cluster_request_bigger_than_a_pool_is_refused(tmp_path: Path, command
     assert "the pool has 415 (26,560 tokens" in first
     assert first.endswith(f"(pool 'serve' of {path})")
     assert "Traceback" not in result.output and "scheduler bug" not in result.output
+
+
+def test_check_refuses_a_workload_whose_requests_outgrow_its_pool(tmp_path: Path) -> None:
+    """`rdu-sim check` said OK to a workload its run refuses: it now makes the run's
+    requests and asks the same ``check_pool``, the same one line, exit 2."""
+    stack = (REPO / "stacks" / "tensorrt-llm.yaml").read_text()
+    stack = stack.replace("name: tensorrt-llm\n", "name: trt-small\n")
+    stack = stack.replace("kv_memory_fraction: 0.9\n", "kv_memory_fraction: 0.05\n")
+    assert "kv_memory_fraction: 0.05" in stack
+    (tmp_path / "trt-small.yaml").write_text(stack)
+    workload = tmp_path / "big.yaml"
+    workload.write_text(
+        "name: big\nhardware: dgx-h100\nstack: trt-small.yaml\nmodel: llama-3.1-8b\n"
+        "dtypes: {weights: bf16, kv: bf16, activations: bf16}\nparallelism: {tp: 1}\n"
+        "kv: {policy: full}\nserving:\n  batch_slots: auto\n  max_context: 131072\n"
+        "  prompt_tokens: {dist: uniform, low: 100, high: 120000}\n  output_tokens: 100\n"
+        "  prefill_chunk_tokens: 8192\n  arrival: {process: poisson, rate: 1.0}\n"
+        "  requests: 20\n  seed: 0\n"
+    )
+    runner = CliRunner()
+    checked, ran = (
+        runner.invoke(cli, ["check", str(workload)]),
+        runner.invoke(cli, ["run", str(workload)]),
+    )
+    assert checked.exit_code == ran.exit_code == 2, checked.output
+    words = f"error: {workload}:10: serving.max_context: 16 of 20 requests reserve more KV pages"
+    assert checked.output.splitlines()[0] == ran.output.splitlines()[0]
+    assert checked.output.startswith(words), checked.output
