@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cli.main import cli
+from rdu_sim.serving.step_cache import PS_PER_S
 
 REPO = Path(__file__).resolve().parents[1]
 L8 = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
@@ -77,3 +80,60 @@ def test_check_refuses_a_workload_whose_requests_outgrow_its_pool(tmp_path: Path
     words = f"error: {workload}:10: serving.max_context: 16 of 20 requests reserve more KV pages"
     assert checked.output.splitlines()[0] == ran.output.splitlines()[0]
     assert checked.output.startswith(words), checked.output
+
+
+def _disaggregated(tmp_path: Path) -> Path:
+    """One prefill and one decode replica of Llama 8B on TensorRT-LLM; the decode pool's
+    KV share is small (kv_memory_fraction 0.1), so its pages bind before its slots do."""
+    gpu = "hardware: dgx-h100, stack: tensorrt-llm, serving.batch_slots: auto"
+    path = tmp_path / "disagg.yaml"
+    path.write_text(
+        f"name: gpu-disagg\npools:\n"
+        f"  prefill:\n    workload: {L8}\n    replicas: 1\n    role: prefill\n"
+        f"    set: {{{gpu}}}\n"
+        f"  decode:\n    workload: {L8}\n    replicas: 1\n    role: decode\n"
+        f"    set: {{{gpu}, stack.kv_memory_fraction: 0.1}}\n"
+        "router: {policy: least_outstanding}\n"
+        "traffic:\n  rate: 200\n  requests: 600\n"
+        "  prompt_tokens: {dist: uniform, low: 16, high: 6000}\n"
+        "  output_tokens: {dist: uniform, low: 16, high: 2000}\n  seed: 3\n"
+        "slo: {ttft: 3 s, tpot: 50 ms, attainment: 0.9}\n"
+        "kv_transfer: {bandwidth: 50 GB/s, latency: 10 us}\n"
+    )
+    return path
+
+
+def test_a_decode_replica_holds_no_more_kv_pages_than_its_pool(tmp_path: Path) -> None:
+    """Before, a decode replica's hand-off reserved slots only: it held requests whose
+    reservations were several times its pool (the reviewer's probe: 52,011 pages in a pool
+    of 7,436). Now the hand-off takes the pages as an admission does: counted independently
+    from the records (each decoded request's pages from its cache's arrival to its finish),
+    no instant holds more than the pool, and the JSON says each pool's peak."""
+    result = run_cluster(_disaggregated(tmp_path))
+    pools = {p.pool.name: p.placement.kv_pool for p in result.pools}
+    decode = pools["decode"]
+    assert decode is not None and decode.pages < 1000
+    columns, records = result.requests(), result.run.records
+    moved = columns["decode_replica"] >= 0
+    assert int(moved.sum()) == 600
+    pages = [
+        decode.request_pages(int(p), int(o))
+        for p, o in zip(
+            columns["prompt_tokens"][moved], columns["output_tokens"][moved], strict=True
+        )
+    ]
+    finish = np.round(columns["finish_s"][moved] * PS_PER_S).astype(np.int64)
+    changes = sorted(
+        [(int(t), n) for t, n in zip(records.kv_start_ps[moved], pages, strict=True)]
+        + [(int(t), -n) for t, n in zip(finish, pages, strict=True)]
+    )
+    held = np.cumsum([n for _, n in changes])
+    assert int(held.max()) <= decode.pages
+    assert sum(pages) > 3 * decode.pages  # the pool binds: without it, it would overfill
+    data = result.to_dict()["pools"]
+    for name, pool in pools.items():
+        assert pool is not None
+        shown = data[name]["kv_pool"]
+        assert shown["pages"] == pool.pages and shown["page_tokens"] == 64
+        assert 0 < shown["peak_pages"] <= pool.pages, name
+    assert int(held.max()) == data["decode"]["kv_pool"]["peak_pages"]

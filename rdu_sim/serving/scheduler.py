@@ -264,7 +264,7 @@ class Scheduler(Driven):
         self.rounds = policies.rounds
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
-        policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves)
+        policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
         self._waiting = QueueView(self.queue, self._prompts)  # what ``admit_from`` reads
         self._after_prefill = False  # the step that ended last was prefill work
@@ -326,6 +326,16 @@ class Scheduler(Driven):
         ``generated`` output tokens: its tokens leave the load, its KV pages the pool."""
         self.load.add(-self._prompts[request] - generated)
         self.kv.give_back(request, self.clock.now)
+
+    def reserves(self, request: int) -> bool:
+        """Take ``request``'s KV memory now if the free memory holds it (a decode replica's
+        hand-off asks before it reserves a slot: the pool's pages, as an admission takes
+        them); False, nothing taken, otherwise. :meth:`leaves` returns it."""
+        prompt, output = self._prompts[request], self._outputs[request]
+        if not self.kv.fits(prompt, output):
+            return False
+        self.kv.take(request, prompt, output, self.clock.now)
+        return True
 
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
