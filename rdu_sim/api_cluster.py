@@ -454,7 +454,8 @@ def plan_cluster(
     prompts, outputs = fit.requests.prompt_tokens[admitted], fit.requests.output_tokens[admitted]
     for resolved in pools:  # a request no replica's KV pool ever holds would wait forever
         try:
-            check_pool(resolved.pool.scenario, resolved.runtime.config.kv_pool, prompts, outputs)
+            server = resolved.runtime.config
+            check_pool(resolved.pool.scenario, server.kv_pool, prompts, outputs, server.role)
         except ConfigError as exc:
             raise _in_pool(exc, cluster, resolved.pool) from None
     if config.prefix_cache is not None and not fit.requests.has_hashes:

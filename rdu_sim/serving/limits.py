@@ -244,15 +244,17 @@ def check_pool(
     pool: PagedKV | None,
     prompts: NDArray[np.int64],
     outputs: NDArray[np.int64],
+    role: str = "mixed",
 ) -> None:
     """A ConfigError at ``serving.max_context`` when a request's reservation
     (``kv.paged.PagedKV.request_pages``; requests of ``prompts`` and ``outputs`` tokens)
-    exceeds a paged KV cache's whole pool: the scheduler could never admit it (the run is
-    refused before simulating, nothing lost). A lone run and each pool of a cluster ask."""
+    exceeds a paged KV cache's whole pool on a server of ``role``: the scheduler could
+    never admit it (the run is refused before simulating, nothing lost). A lone run and
+    each pool of a cluster ask."""
     if pool is None or not len(prompts):
         return
     lengths = zip(prompts.tolist(), outputs.tolist(), strict=True)
-    need = {pair: pool.request_pages(*pair) for pair in set(lengths)}  # (each length once)
+    need = {pair: pool.request_pages(*pair, role) for pair in set(lengths)}  # each length once
     most = max(need.values())
     if most <= pool.pages:
         return

@@ -241,7 +241,7 @@ class Scheduler(Driven):
         super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
-        self.kv = kv_pool(config.kv_pool, records.counts)  # what an admission's KV takes
+        self.kv = kv_pool(config.kv_pool, records.counts, config.role)  # an admission's KV
         self._series = records.series if records.keeps_series else None  # rows, if kept
         # The per-request arrays as memoryviews of the same memory, taken once (the records'
         # arrays are fixed when they are made): an item read or written through one is a C
