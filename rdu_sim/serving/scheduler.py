@@ -339,9 +339,23 @@ class Scheduler(Driven):
 
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
-        end it early: a slot could take the request (or its hand-off)."""
+        end it early: a slot could take the request (or its hand-off). Not while the queue's
+        head waits for KV memory only a completion frees: an arrival queues behind it (in
+        order; a batching policy that chooses may take the arrival, so it still cuts)."""
         slots = self.slots
-        return steps > 1 and (slots.occupied < slots.n or bool(slots.waiting))
+        if steps <= 1:
+            return False
+        if slots.waiting:
+            return True
+        return slots.occupied < slots.n and not self._head_waits_for_memory()
+
+    def _head_waits_for_memory(self) -> bool:
+        """The next admission in order is the queue's head and the KV memory does not hold it."""
+        queue = self.queue
+        if not queue or not self.kv.bounded or self._chooses:
+            return False
+        head = queue[0]
+        return not self.kv.fits(self._prompts[head], self._outputs[head])
 
     def cut(self, start: int, steps: int, step: int, arrival: int) -> int:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
