@@ -48,7 +48,13 @@ from typing import TYPE_CHECKING, Any
 from rdu_sim.config.overrides import API
 from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.scenario import Scenario, load_scenario, with_overrides
-from rdu_sim.serving.backend import Backend, EngineBackend, resolve_batch_slots
+from rdu_sim.serving.backend import (
+    Backend,
+    EngineBackend,
+    resolve_batch_slots,
+    step_batch,
+    warn_over_pool,
+)
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import default_step_shape as _default_step_shape
 from rdu_sim.serving.step_shape import dimension
@@ -174,8 +180,8 @@ def default_step_shape(
     """The static shape :func:`step` simulates when not told otherwise (the rule is
     ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity)."""
 
-    def batch_slots() -> int:
-        return resolve_batch_slots(scenario, backend or EngineBackend())[1]
+    def batch_slots() -> int:  # on a paged stack, what its pool holds at the context
+        return step_batch(scenario, backend or EngineBackend(), context)
 
     return _default_step_shape(
         scenario, batch_slots, phase, batch=batch, tokens=tokens, context=context
@@ -210,6 +216,8 @@ def step(
     shape = default_step_shape(
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
+    if phase == "decode" and batch is not None:  # a batch given: does its pool hold it?
+        warn_over_pool(scenario, backend, batch, context)
     return backend.step_cost(scenario, shape)
 
 

@@ -28,10 +28,10 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from numpy.typing import NDArray
 
@@ -54,19 +54,23 @@ from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import API, overridden
 from rdu_sim.config.show import cut_middle
+from rdu_sim.input_errors import InputError
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
 from rdu_sim.report.energy import Machine
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.clock import SimulatedTimeError
-from rdu_sim.serving.limits import warn_unchunked
+from rdu_sim.serving.limits import check_pool, warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
 Progress = Callable[[int, int], None]
+
+E = TypeVar("E", bound=InputError)
 
 MAX_CLUSTER_SLOTS = 10_000_000
 """Batch slots over all replicas: each costs ~60 bytes of slot state (and a few NumPy
@@ -108,11 +112,91 @@ def pool_machine(pool: PoolScenario) -> Machine:
     return Machine(hardware.power, hardware.cost, pool.sockets, hardware.system.sockets_per_node)
 
 
-def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Placement) -> int:
-    """How many prefix-cache blocks one replica of the pool holds, from its memory plan."""
+PAGED_PREFIX_SHARE = 2
+"""A paged pool's prefix cache takes 1/PAGED_PREFIX_SHARE of its pages when
+``prefix_cache.capacity`` is not given: an assumption, not a measurement. vLLM and
+TensorRT-LLM keep cached blocks in the one KV pool, in whatever pages no running request
+holds, evicting them as admissions need pages; a fixed half is the static stand-in (the
+running requests get the rest). Give ``prefix_cache.capacity`` to choose the split."""
+
+
+class EmptyPrefixCacheWarning(UserWarning):
+    """A pool that prefills, in a cluster with a prefix cache, has room for no block."""
+
+
+def _prefix_blocks(
+    cluster: ClusterScenario, pool: PoolScenario, placement: Placement
+) -> tuple[int, int]:
+    """How many prefix-cache blocks one replica of the pool holds, from its memory plan, and
+    the pages of a paged KV pool they are set aside from (0 for static slots)."""
     prefix = cluster.config.prefix_cache
     if prefix is None or pool.role == "decode":  # a decode replica never prefills
-        return 0
+        return 0, 0
+    if placement.kv_pool is not None:
+        blocks, pages = _paged_prefix_blocks(cluster, pool, placement.kv_pool)
+    else:
+        blocks, pages = _static_prefix_blocks(cluster, pool, placement), 0
+    if not blocks:
+        warnings.warn(
+            EmptyPrefixCacheWarning(
+                f"{cluster.file}: prefix_cache: pool {pool.name!r}'s memory plan leaves its "
+                "prefix cache no block, so it caches nothing; give prefix_cache.capacity, or "
+                "the KV cache more memory"
+            ),
+            stacklevel=2,
+        )
+    return blocks, pages
+
+
+def _paged_prefix_blocks(
+    cluster: ClusterScenario, pool: PoolScenario, kv: PagedKV
+) -> tuple[int, int]:
+    """A paged pool's prefix cache lives in its KV pool, as vLLM's and TensorRT-LLM's cached
+    blocks do: its blocks (each of whole pages) are set aside from the pages admissions
+    reserve, ``prefix_cache.capacity`` bytes per socket of them, else 1/PAGED_PREFIX_SHARE
+    of the pool. The blocks and the pages they take."""
+    prefix = cluster.config.prefix_cache
+    assert prefix is not None
+    per_block = -(-prefix.block_tokens // kv.page_tokens)  # pages of one block
+    pool_bytes = kv.pages * kv.page_bytes
+    if prefix.capacity is None:
+        blocks = kv.pages // PAGED_PREFIX_SHARE // per_block
+        return blocks, blocks * per_block
+    capacity = prefix.capacity
+    if capacity >= pool_bytes:
+        raise overridden(
+            cluster.issue(
+                "prefix_cache.capacity",
+                f"{capacity} bytes per socket leave nothing of the {pool_bytes} bytes of pool "
+                f"{pool.name!r}'s paged KV pool ({kv.pages} pages of {kv.page_tokens} tokens) "
+                "for its running requests; the prefix cache is set aside from that pool",
+            ),
+            cluster.file,
+            cluster.overrides,
+        )
+    blocks = capacity // kv.page_bytes // per_block
+    if not blocks:  # a cache of no block caches nothing
+        raise overridden(
+            cluster.issue(
+                "prefix_cache.capacity",
+                f"{capacity} bytes per socket hold no block: one block of "
+                f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
+                f"{per_block * kv.page_bytes} bytes per socket ({per_block} pages) in pool "
+                f"{pool.name!r}'s paged KV pool; give at least that, or omit capacity for "
+                f"1/{PAGED_PREFIX_SHARE} of the pool",
+            ),
+            cluster.file,
+            cluster.overrides,
+        )
+    return blocks, blocks * per_block
+
+
+def _static_prefix_blocks(
+    cluster: ClusterScenario, pool: PoolScenario, placement: Placement
+) -> int:
+    """Static slots: the prefix cache takes the HBM the slots leave of the KV room."""
+    prefix = cluster.config.prefix_cache
+    assert prefix is not None
     scenario = pool.scenario
     kv = sum(usage.kv_bytes for usage in placement.tiers.values())
     per_token = kv / (placement.batch_slots * scenario.kv_policy.slot_tokens())
@@ -148,11 +232,14 @@ def _prefix_blocks(cluster: ClusterScenario, pool: PoolScenario, placement: Plac
     return int(capacity // block)
 
 
-def _in_pool(exc: CapacityError, cluster: ClusterScenario, pool: PoolScenario) -> CapacityError:
-    """A pool's batch capacity or memory plan refused in a lone run's words, ending with the
-    pool that runs it (two pools may run one workload file under different sets)."""
+def _in_pool(exc: E, cluster: ClusterScenario, pool: PoolScenario) -> E:
+    """A pool's batch capacity, memory plan or KV pool refused in a lone run's words, ending
+    with the pool that runs it (two pools may run one workload file under different sets)."""
+    said = f" (pool {pool.name!r} of {cluster.file})"
+    if isinstance(exc, ConfigError):  # its words are its issues'
+        return type(exc)([replace(i, message=i.message + said) for i in exc.issues])
     named = copy.copy(exc)  # its type and field (``SlotsCapacityError.field``) kept
-    named.args = (f"{exc} (pool {pool.name!r} of {cluster.file})",)
+    named.args = (f"{exc}{said}",)
     return named
 
 
@@ -176,6 +263,10 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
         except CapacityError as exc:
             raise _in_pool(exc, cluster, pool) from None
         serving = scenario.workload.serving
+        prefix_blocks, prefix_pages = _prefix_blocks(cluster, pool, placement)
+        kv_pool = placement.kv_pool  # less the pages its prefix cache is set aside
+        if kv_pool is not None and prefix_pages:
+            kv_pool = replace(kv_pool, pages=kv_pool.pages - prefix_pages)
         runtime = PoolRuntime(
             name=pool.name,
             replicas=pool.replicas * pool.ranks,  # a server per attention rank
@@ -188,15 +279,14 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 scenario.stack.prefill_batch_tokens,
                 scenario.stack.mixed_batching,
                 scenario.stack.decode_rows,
-                # a paged pool's admissions (a decode replica's requests arrive with their
-                # KV cache, into slots the hand-off reserves: they take no pages here)
-                kv_pool=placement.kv_pool,
+                # a paged pool's admissions (a decode replica's hand-off reserves them too)
+                kv_pool=kv_pool,
             ),
             policy=scenario.kv_policy,
             step_times=times,
             model=scenario.model,
             kv_dtype_bytes=scenario.kv_dtype_bytes,
-            prefix_blocks=_prefix_blocks(cluster, pool, placement),
+            prefix_blocks=prefix_blocks,
             sockets=scenario.tp,
             ranks=pool.ranks,
         )
@@ -352,13 +442,22 @@ def plan_cluster(
 ) -> tuple[ContextFit, ClassLabels | None, list[PoolResolved]]:
     """What a cluster run reads, decides and refuses before it simulates: its traffic, fit to
     the context; each request's class; each pool's batch slots and memory plan
-    (:func:`resolve_pools`, a refusal naming the pool); a prefix cache's trace hashes.
+    (:func:`resolve_pools`, a refusal naming the pool); that each pool's paged KV pool holds
+    every request (``serving.limits.check_pool``); a prefix cache's trace hashes.
     ``rdu-sim check`` calls it, so it refuses a cluster as its run would."""
     config = cluster.config
     requests = load_traffic(cluster)
     fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
     labels = class_labels(fit.requests, config.classes, cluster.file)
     pools = resolve_pools(cluster, backend)
+    admitted = ~fit.rejected  # a rejected request reaches no pool
+    prompts, outputs = fit.requests.prompt_tokens[admitted], fit.requests.output_tokens[admitted]
+    for resolved in pools:  # a request no replica's KV pool ever holds would wait forever
+        try:
+            server = resolved.runtime.config
+            check_pool(resolved.pool.scenario, server.kv_pool, prompts, outputs, server.role)
+        except ConfigError as exc:
+            raise _in_pool(exc, cluster, resolved.pool) from None
     if config.prefix_cache is not None and not fit.requests.has_hashes:
         raise ConfigError.single(
             cluster.file, "prefix_cache", "the trace has no block hashes to key a prefix cache on"

@@ -99,3 +99,27 @@ def test_the_step_json_is_the_librarys(
     assert report.cost == api.step(workload, SMALL, **options)
     report.to_dict()["provenance"].clear()  # a new dict each call
     assert json.dumps(report.to_dict(), sort_keys=True) == library
+
+
+def test_a_paged_stacks_default_step_holds_what_its_pool_holds() -> None:
+    """A paged stack's batch slots count its smallest requests (2,048 on TensorRT-LLM), so
+    the default decode step took them all at 32,768 cached tokens: ~15x its pool (395 ms).
+    It now runs the sequences of that context the pool holds (the pre-pool batch, 138,
+    within a page), and a batch given that outgrows the pool warns."""
+    from rdu_sim.compiler.placement import plan_memory
+
+    gpu = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
+    scenario = api.load("llama3.1-8b-8socket", gpu)
+    shape = api.default_step_shape(scenario, "decode")
+    slots = api.resolve_batch_slots(scenario, api.EngineBackend())[1]
+    pool = plan_memory(scenario, slots).kv_pool
+    assert pool is not None and slots == 2048
+    assert (shape.batch, shape.cache_len) == (pool.pages // 512, 32768) == (137, 32768)
+    assert api.default_step_shape(scenario, "decode", context=4095).batch == pool.pages // 64
+    assert api.default_step_shape(scenario, "decode", context=1000).batch == 2048  # 16 pages
+    from rdu_sim.serving.backend import StepOverPoolWarning
+
+    with pytest.warns(StepOverPoolWarning, match=r"2,048 sequences of 32,768 cached tokens"):
+        api.step(scenario, batch=2048)
+    sn40l = api.load("llama3.1-8b-8socket")  # static slots: unchanged
+    assert api.default_step_shape(sn40l, "decode").batch == 64

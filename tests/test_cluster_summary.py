@@ -120,6 +120,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
             del attributes[f"pools.{name}.ranks"]
         assert pool.kv_kept is not None and not pool.kv_kept.decode_evicts  # (nor the full policy)
         del attributes[f"pools.{name}.kv_kept.decode_evicts"]
+        assert pool.kv_pool is None  # static slots: no paged KV pool (the key is left out)
+        del attributes[f"pools.{name}.kv_pool"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
     del attributes["lockstep"]
     # the binding SLO half: its fields, and the sentence the report prints

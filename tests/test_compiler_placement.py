@@ -16,6 +16,7 @@ from rdu_sim.compiler import (
     weight_inventory,
     whole_queries,
 )
+from rdu_sim.compiler.program import Placement
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
 
@@ -443,13 +444,14 @@ def test_two_bounds_on_the_kv_cache_are_refused() -> None:
 
 def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> None:
     """The prefix cache's default size is the HBM the stack leaves its KV cache beside the
-    slots' (``StackConfig.kv_room``): vLLM's 10% reserve of all memory is not in it; with no
-    share set it is all the memory the plan leaves free."""
+    slots' (``StackConfig.kv_room``); with no share set it is all the memory the plan leaves
+    free. A paged stack's (vLLM's) lives in its KV pool, the room (vLLM's 10% reserve of
+    all memory not in it) in whole pages: half the pool by default, whole blocks of pages."""
     from types import SimpleNamespace
 
-    from rdu_sim.api_cluster import _prefix_blocks
+    from rdu_sim.api_cluster import PAGED_PREFIX_SHARE, _prefix_blocks
 
-    def blocks(stack: str) -> tuple[int, int, int]:
+    def blocks(stack: str) -> tuple[tuple[int, int], Placement, int]:
         scenario = load_scenario(
             "workloads/llama3.1-8b-1socket.yaml",
             overrides={"hardware": "dgx-h100", "stack": stack, "serving.batch_slots": 8},
@@ -460,15 +462,12 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
         pool = SimpleNamespace(role="mixed", scenario=scenario)
         hbm = placement.tiers["hbm"]
         per_block = 512 * hbm.kv_bytes / (8 * scenario.kv_policy.slot_tokens())
-        return _prefix_blocks(cluster, pool, placement), hbm.free_bytes, int(per_block)  # type: ignore[arg-type]
+        return _prefix_blocks(cluster, pool, placement), placement, int(per_block)  # type: ignore[arg-type]
 
-    none, free, per_block = blocks("none")
-    assert none == int(free // per_block)
-    vllm, vllm_free, _ = blocks("vllm-2024")
-    reserve = (
-        0.1
-        * load_scenario(
-            "workloads/llama3.1-8b-1socket.yaml", overrides={"hardware": "dgx-h100"}
-        ).hardware.hbm.capacity
-    )
-    assert vllm == int((vllm_free - reserve) // per_block) < int(vllm_free // per_block)
+    (none, pages), placement, per_block = blocks("none")
+    assert none == int(placement.tiers["hbm"].free_bytes // per_block) > 0 and pages == 0
+    (vllm, pages), placement, _ = blocks("vllm-2024")
+    pool = placement.kv_pool
+    assert pool is not None and pool.page_tokens == 16
+    assert vllm == pool.pages // PAGED_PREFIX_SHARE // (512 // 16) > 0
+    assert pages == vllm * 512 // 16 <= pool.pages // PAGED_PREFIX_SHARE

@@ -184,3 +184,41 @@ def test_the_pool_is_the_stacks_kv_room_in_whole_pages(stack: str) -> None:
         room = scenario.stack.kv_room(hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes)
         assert pool.pages == int(room // pool.page_bytes) > 0
         assert hbm.kv_bytes == pool.pages * pool.page_bytes <= room
+
+
+def test_vllm_runs_at_most_its_default_max_num_seqs() -> None:
+    """vllm-2024 had no max_batch_slots, so ``auto`` counted every smallest request its pool
+    holds (726 here; 13,710 for the review's 1-token requests) and their activations shrank
+    the pool (5.8% at 13,710). vLLM's max_num_seqs defaults to 256 (the stack file's
+    source): the batch stops there and the pool is the room beside 256 slots' activations."""
+    overrides = {"hardware": "dgx-h100", "stack": "vllm-2024", "serving.batch_slots": "auto"}
+    scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
+    assert scenario.stack.max_batch_slots == 256
+    assert api.resolve_batch_slots(scenario, api.EngineBackend()) == (256, 256)
+    uncapped = load_scenario(
+        "workloads/llama3.1-8b-1socket.yaml",
+        overrides={**overrides, "stack.max_batch_slots": None},
+    )
+    assert api.resolve_batch_slots(uncapped, api.EngineBackend()) == (726, 726)
+    pool, at_13710 = plan_memory(scenario, 256).kv_pool, plan_memory(scenario, 13710).kv_pool
+    assert pool is not None and at_13710 is not None
+    assert (pool.pages, at_13710.pages) == (29110, 27421)
+
+
+def test_a_prefill_server_reserves_its_prompt_and_first_token() -> None:
+    """A prefill-role server holds a request's prompt and first token until its KV cache is
+    sent on, so it reserves those pages (``kv.paged.held_output``), not the output a decode
+    replica will hold; mixed and decode servers reserve prompt plus output."""
+    from rdu_sim.serving.kv_pool import kv_pool
+    from rdu_sim.serving.step_cache import StepCounts
+
+    kv = PagedKV(page_tokens=64, pages=40, slot_tokens=8192)
+    assert kv.request_pages(1000, 1500, "prefill") == 16  # 1,001 tokens
+    assert kv.request_pages(1000, 1500, "decode") == kv.request_pages(1000, 1500) == 40
+    prefill, mixed = kv_pool(kv, StepCounts(), "prefill"), kv_pool(kv, StepCounts())
+    for request in range(2):
+        assert prefill.fits(1000, 1500)
+        prefill.take(request, 1000, 1500, now=0)
+    assert mixed.fits(1000, 1500) and not prefill.fits(1000, 1500)  # 32 of 40 pages held
+    mixed.take(0, 1000, 1500, now=0)
+    assert not mixed.fits(1, 1)

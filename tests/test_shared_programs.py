@@ -47,7 +47,6 @@ def test_the_digest_changes_with_fields_the_compiler_reads_and_no_other() -> Non
         "hw.socket.pcu.count": 640,
         "serving.max_context": 8192,
         "serving.prompt_tokens": 1024,
-        "serving.output_tokens": 64,  # a paged stack's least reservation (kv.paged)
         "serving.prefill_chunk_tokens": 256,
         "engine.tiles_per_stage": 16,
         "engine.buffer_tiles": 3,
@@ -69,6 +68,11 @@ def test_the_digest_changes_with_fields_the_compiler_reads_and_no_other() -> Non
     for field, value in unread.items():
         assert digest({field: value}) == base, field
         assert unread_override(field), field
+    # the output length: read only for a paged stack's least reservation (kv.paged), so a
+    # static stack's programs are shared across output lengths and a paged stack's are not
+    assert digest({"serving.output_tokens": 64}) == base
+    gpu = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
+    assert digest({**gpu, "serving.output_tokens": 64}) != digest(gpu)
 
 
 def _paths(unread: Unread, prefix: str = "") -> Iterator[tuple[str, bool]]:

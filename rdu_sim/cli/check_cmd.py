@@ -81,7 +81,8 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     """A workload as its run begins (``serving.run.plan_capacity``, what the run's plan
     calls): its batch capacity and memory plan (a separate draft's too), or a Composition of
     Experts' own plan (the router and an expert in HBM, every expert in DDR) and its
-    popularity's trace column; refused in the run's words, nothing simulated."""
+    popularity's trace column; a paged KV pool that holds every request (``check_pool``);
+    refused in the run's words, nothing simulated."""
     from rdu_sim.serving.backend import EngineBackend
     from rdu_sim.serving.run import plan_capacity
 
@@ -89,7 +90,21 @@ def _check_plan(scenario: Any, trace: Any) -> None:
         from rdu_sim.serving.coe import check_popularity
 
         check_popularity(scenario, None if trace is None else trace.expert)
-    plan_capacity(scenario, EngineBackend())
+    _, slots, placement, _, _ = plan_capacity(scenario, EngineBackend())
+    if placement.kv_pool is not None:  # the requests its run makes, against its pool
+        from rdu_sim.serving.limits import check_pool
+        from rdu_sim.serving.requests import make_requests
+
+        serving = scenario.workload.serving
+        requests = make_requests(
+            serving,
+            slots,
+            scenario.base_dir,
+            scenario.workload_file,
+            scenario.overrides,
+            scenario.workload.coe,
+        )
+        check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
 
 
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:

@@ -70,6 +70,14 @@ UNREAD_WORKLOAD: Unread = {
 }
 """The workload's fields no compiler rule reads (checked: reading one raises)."""
 
+UNREAD_STATIC_WORKLOAD: Unread = {
+    **UNREAD_WORKLOAD,
+    "serving": {**(UNREAD_WORKLOAD["serving"] or {}), "output_tokens": None},
+}
+""":data:`UNREAD_WORKLOAD` for a stack without a paged KV cache: its compiler reads no
+output length either (only a paged pool's least reservation does), so sweeps of output
+lengths share their programs again."""
+
 UNREAD_HARDWARE: Unread = {
     "name": None,
     "description": None,
@@ -147,12 +155,14 @@ def compile_view(scenario: Scenario) -> CompileView:
     that set it), outside the digest: a result does not depend on them, and an error is
     never shared.
     """
-    workload = _without(scenario.workload, UNREAD_WORKLOAD)
+    paged = scenario.stack.kv_page_tokens is not None
+    unread = UNREAD_WORKLOAD if paged else UNREAD_STATIC_WORKLOAD
+    workload = _without(scenario.workload, unread)
     hardware = _without(scenario.hardware, UNREAD_HARDWARE)
     stack = _without(scenario.stack, UNREAD_STACK)
     draft = None if scenario.draft is None else compile_view(scenario.draft)
     kept = {
-        "workload": _dump_without(scenario.workload.model_dump(mode="json"), UNREAD_WORKLOAD),
+        "workload": _dump_without(scenario.workload.model_dump(mode="json"), unread),
         "hardware": _dump_without(scenario.hardware.model_dump(mode="json"), UNREAD_HARDWARE),
         "stack": _dump_without(scenario.stack.model_dump(mode="json"), UNREAD_STACK),
         "model": scenario.model.model_dump(mode="json"),

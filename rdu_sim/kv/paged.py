@@ -33,14 +33,28 @@ class PagedKV:
     def __reduce__(self) -> Reduced:
         return by_fields(self)
 
-    def request_pages(self, prompt: int, output: int) -> int:
-        """Pages a request of ``prompt`` and ``output`` tokens reserves at admission."""
-        return reserved_pages(prompt, output, self.slot_tokens, self.page_tokens, self.extra_tokens)
+    def request_pages(self, prompt: int, output: int, role: str = "mixed") -> int:
+        """Pages a request of ``prompt`` and ``output`` tokens reserves at admission on a
+        server of ``role`` (:func:`held_output`)."""
+        return reserved_pages(
+            prompt,
+            held_output(output, role),
+            self.slot_tokens,
+            self.page_tokens,
+            self.extra_tokens,
+        )
 
     @property
     def tokens(self) -> int:
         """Tokens the whole pool holds."""
         return self.pages * self.page_tokens
+
+
+def held_output(output: int, role: str) -> int:
+    """The output tokens a server of ``role`` caches for a request of ``output``: a
+    prefill-role server holds its prompt and the one token its prefill emits until the
+    hand-off takes the KV cache to a decode replica; a mixed or decode server all of them."""
+    return min(output, 1) if role == "prefill" else output
 
 
 def reserved_pages(

@@ -44,6 +44,7 @@ from rdu_sim.report.cluster_summary import (
     Goodput,
     KVTransfer,
     LockstepCost,
+    PoolKVPool,
     PoolSummary,
     PrefixCacheStats,
     ReplicaSummary,
@@ -339,6 +340,7 @@ def summarize_cluster(
                 occupancy=_round(by_pool.get(name, 0.0)),
                 requests=kept[name][0],
                 kv_kept=kept[name][1],
+                kv_pool=_kv_pool(replicas, name),
             )
             for name, pool in pools.items()
         },
@@ -376,6 +378,17 @@ def summarize_cluster(
         occupancy=_round(occupancy),
         throughput_bound=cluster_bound(by_pool, latency),
     )
+
+
+def _kv_pool(replicas: Sequence[Replica], pool: str) -> PoolKVPool | None:
+    """Pool ``pool``'s paged KV pool and the most pages any of its servers held (None for
+    static slots)."""
+    servers = [r for r in replicas if r.runtime.name == pool]
+    kv = servers[0].runtime.config.kv_pool if servers else None
+    if kv is None:
+        return None
+    peak = max(r.server.records.counts.kv_pages_peak for r in servers)
+    return PoolKVPool(page_tokens=kv.page_tokens, pages=kv.pages, peak_pages=peak)
 
 
 def _pool_occupancy(

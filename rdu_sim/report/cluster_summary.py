@@ -68,6 +68,18 @@ class ClusterMeta:
 
 
 @dataclass(frozen=True)
+class PoolKVPool:
+    """A pool's paged KV pool (``kv.paged``; one device's share of each page): each
+    server's pages and their tokens, and the most pages any of its servers held at once
+    (never more than ``pages``: a decode replica's hand-off reserves them as an admission
+    does)."""
+
+    page_tokens: int
+    pages: int
+    peak_pages: int
+
+
+@dataclass(frozen=True)
 class PoolSummary:
     """A pool's identity and sizes: its role, replicas and what each replica runs."""
 
@@ -91,6 +103,7 @@ class PoolSummary:
     # KV policy cut of them (``kv.policies.kept_counts``; None before the run is summarized)
     requests: int = 0
     kv_kept: KeptCounts | None = None
+    kv_pool: PoolKVPool | None = None  # a paged KV cache's (absent from the JSON else)
 
 
 @dataclass(frozen=True)
@@ -272,6 +285,8 @@ class ClusterSummary(ClusterMeta):
             kept = self.pools[name].kv_kept
             if kept is not None:
                 pool["kv_kept"] = kept.to_dict()
+            if pool["kv_pool"] is None:
+                del pool["kv_pool"]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer", "lockstep"):

@@ -29,7 +29,7 @@ from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.backend import EngineBackend, resolve_batch_slots
+from rdu_sim.serving.backend import EngineBackend, step_batch
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import (
     default_step_shape,
@@ -109,16 +109,12 @@ def step_report(
     ``api.step`` was given): its program found again from the backend's compiler."""
     if cost.detail is None:
         raise ValueError("a step report needs the engine's timing (StepCost.detail)")
-    slots = partial(_batch_slots, scenario, backend)
+    slots = partial(step_batch, scenario, backend, context)
     shape = default_step_shape(scenario, slots, phase, batch=batch, tokens=tokens, context=context)
     program = backend.compiler(scenario).program(shape)
     default_prefill = phase == "prefill" and tokens is None and context is None
     prompt = prompt_words(scenario) if default_prefill else None
     return StepReport(scenario, cost, cost.detail, program, prompt)
-
-
-def _batch_slots(scenario: Scenario, backend: EngineBackend) -> int:
-    return resolve_batch_slots(scenario, backend)[1]
 
 
 def memory_plan(placement: Placement) -> dict[str, Any]:

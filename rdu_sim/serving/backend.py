@@ -8,6 +8,7 @@ the serving level can be checked against closed-form step times.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ from rdu_sim.compiler.program import Placement, Program
 from rdu_sim.engine.for_hardware import StepEngine, engine_for
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
+from rdu_sim.serving.step_shape import decode_cache
 from rdu_sim.shapes import StepShape
 
 __all__ = ["Backend", "EngineBackend", "resolve_batch_slots"]
@@ -121,3 +123,44 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
             "kv.policy, or add sockets"
         )
     return capacity, scenario.workload.serving.slots_for(lambda: capacity)
+
+
+class StepOverPoolWarning(UserWarning):
+    """A decode step's batch of sequences needs more pages than a paged stack's KV pool
+    holds: no run of this stack would hold them all at once."""
+
+
+def step_batch(scenario: Scenario, backend: Backend, context: int | None = None) -> int:
+    """The batch a decode step of sequences of ``context`` tokens (default: the longest the
+    KV policy keeps) runs when not told: the workload's batch slots, and on a paged stack at
+    most the sequences of that context its KV pool holds at once (each reserving its
+    context and one new token, ``kv.paged.reserved_pages``), one at least. (The slots of a
+    paged stack count its smallest requests, so at a long context they overfill the pool.)"""
+    slots = resolve_batch_slots(scenario, backend)[1]
+    pool = backend.plan_memory(scenario, slots).kv_pool
+    if pool is None:
+        return slots
+    need = pool.request_pages(decode_cache(scenario, context).context, 1)
+    return max(1, min(slots, pool.pages // need))
+
+
+def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: int | None) -> None:
+    """Warn when a decode step of ``batch`` sequences of ``context`` tokens (default: the
+    longest the KV policy keeps) needs more of a paged stack's KV pool than it holds
+    (``StepOverPoolWarning``; the pool as planned at that batch)."""
+    pool = backend.plan_memory(scenario, batch).kv_pool
+    if pool is None:
+        return
+    tokens = decode_cache(scenario, context).context
+    each = pool.request_pages(tokens, 1)
+    if batch * each > pool.pages:
+        warnings.warn(
+            StepOverPoolWarning(
+                f"{scenario.workload_file}: a decode step of {batch:,} sequences of "
+                f"{tokens:,} cached tokens needs {batch * each:,} KV pages of "
+                f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
+                f"{scenario.stack.name} pool holds (at most {pool.pages // each:,} such "
+                "sequences at once)"
+            ),
+            stacklevel=3,
+        )

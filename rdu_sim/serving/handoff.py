@@ -41,6 +41,10 @@ def _no_leave(request: int, generated: int) -> None:
     raise RuntimeError("a hand-off sent a request before its scheduler bound it (a bug)")
 
 
+def _no_reserve(request: int) -> bool:
+    raise RuntimeError("a hand-off received a request before its scheduler bound it (a bug)")
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class HandOff:
     """What a server does with a request's KV cache around its prefill (module docstring).
@@ -55,19 +59,25 @@ class HandOff:
         self.start_received: Callable[[int, int], None] = _no_decode
         # the scheduler: a request left after so many output tokens (its load: serving.load)
         self.leaves: Callable[[int, int], None] = _no_leave
+        # the scheduler: take a request's KV memory if it fits (a paged pool's pages)
+        self.reserves: Callable[[int], bool] = _no_reserve
 
     def bind(
         self,
         tell: Callable[[], None],
         start_received: Callable[[int, int], None],
         leaves: Callable[[int, int], None],
+        reserves: Callable[[int], bool],
     ) -> None:
         """The scheduler's calls: ``tell()`` when a transfer ended (its driver wakes or cuts
         the run), ``start_received(slot, request)`` when a received request decodes,
-        ``leaves(request, generated)`` when a request's KV cache was sent on."""
+        ``leaves(request, generated)`` when a request's KV cache was sent on (its KV memory
+        returns), ``reserves(request)`` to take a request's KV memory, False (nothing
+        taken) while the free memory does not hold it."""
         self.tell = tell
         self.start_received = start_received
         self.leaves = leaves
+        self.reserves = reserves
 
     def settles(self) -> bool:
         """Whether its hand-offs end at same-instant events the server's own steps cause (the
@@ -161,8 +171,10 @@ class SendAfterPrefill(_Moves):
 
 
 class ReceiveToDecode(_Moves):
-    """``decode``: a queued request reserves a free slot and decodes once its KV cache has
-    arrived; its first token came with its prefill elsewhere."""
+    """``decode``: a queued request reserves a free slot and its KV memory (a paged pool's
+    pages, as an admission takes them: ``serving.kv_pool``) and decodes once its KV cache
+    has arrived; its first token came with its prefill elsewhere. The memory returns when
+    it completes (the scheduler's ``leaves``)."""
 
     role = "decode"
 
@@ -172,7 +184,9 @@ class ReceiveToDecode(_Moves):
 
     def at_boundary(self, slots: Slots, queue: deque[int]) -> None:
         """The caches received since the last boundary start decoding, then every queued
-        request that finds a free slot reserves it and starts receiving its cache."""
+        request that finds a free slot and its KV memory, in order, reserves them and starts
+        receiving its cache (the head waits for a completion while the memory does not
+        hold it)."""
         ended = self.ended_slots
         if ended:
             for slot in ended:
@@ -180,7 +194,7 @@ class ReceiveToDecode(_Moves):
             ended.clear()
         hooks = self.hooks
         assert hooks is not None
-        while queue and slots.occupied < slots.n:
+        while queue and slots.occupied < slots.n and self.reserves(queue[0]):
             slot = slots.free_slot()
             request = queue.popleft()
             slots.reserve(slot, request)

@@ -5,8 +5,9 @@ holds a whole ``max_context`` sequence, so a free slot is all an admission needs
 (:class:`SlotKV`: every request fits, nothing is counted). A paged KV cache
 (:class:`PagedPool`, the stack's ``kv_page_tokens``): one pool of pages, a request admitted
 only when its reservation (``kv.paged.PagedKV.request_pages``: prompt plus output tokens,
-rounded up to pages) fits the free pages, the pages returned when it completes. The pool
-keeps its peak and its time-weighted pages in use, for the run's report.
+rounded up to pages; a prefill-role server's prompt plus its first token) fits the free
+pages, the pages returned when it leaves. The pool keeps its peak and its time-weighted
+pages in use, for the run's report.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class PagedPool(SlotKV):
 
     bounded = True
 
-    def __init__(self, kv: PagedKV, counts: StepCounts) -> None:
+    def __init__(self, kv: PagedKV, counts: StepCounts, role: str = "mixed") -> None:
         self.kv = kv
+        self.role = role  # a prefill server's reservation ends at the hand-off (``held_output``)
         self.free = kv.pages
         self.counts = counts
         self._since = 0  # when the pages in use last changed (ps)
@@ -47,12 +49,12 @@ class PagedPool(SlotKV):
 
     def fits(self, prompt: int, output: int) -> bool:
         """Whether the free pages hold the request's reservation."""
-        return self.kv.request_pages(prompt, output) <= self.free
+        return self.kv.request_pages(prompt, output, self.role) <= self.free
 
     def take(self, request: int, prompt: int, output: int, now: int) -> None:
         """Reserve ``request``'s pages (RuntimeError if they do not fit: the scheduler asks
         :meth:`fits` first)."""
-        pages = self.kv.request_pages(prompt, output)
+        pages = self.kv.request_pages(prompt, output, self.role)
         if pages > self.free:
             raise RuntimeError(f"request {request} admitted beyond the KV pool (a bug)")
         self._elapse(now)
@@ -80,7 +82,7 @@ class PagedPool(SlotKV):
         return self.kv.pages - self.free
 
 
-def kv_pool(kv: PagedKV | None, counts: StepCounts) -> SlotKV:
+def kv_pool(kv: PagedKV | None, counts: StepCounts, role: str = "mixed") -> SlotKV:
     """The scheduler's KV admission rule: a paged pool for ``kv`` (its use counted in
-    ``counts``), else static slots."""
-    return SlotKV() if kv is None else PagedPool(kv, counts)
+    ``counts``; a server of ``role``), else static slots."""
+    return SlotKV() if kv is None else PagedPool(kv, counts, role)

@@ -239,24 +239,31 @@ def warn_unchunked(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> None
         warnings.warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"), stacklevel=3)
 
 
-def check_pool(scenario: Scenario, pool: PagedKV | None, requests: RequestSet) -> None:
+def check_pool(
+    scenario: Scenario,
+    pool: PagedKV | None,
+    prompts: NDArray[np.int64],
+    outputs: NDArray[np.int64],
+    role: str = "mixed",
+) -> None:
     """A ConfigError at ``serving.max_context`` when a request's reservation
-    (``kv.paged.PagedKV.request_pages``) exceeds a paged KV cache's whole pool: the
-    scheduler could never admit it (the run is refused before simulating, nothing lost)."""
-    if pool is None or not len(requests):
+    (``kv.paged.PagedKV.request_pages``; requests of ``prompts`` and ``outputs`` tokens)
+    exceeds a paged KV cache's whole pool on a server of ``role``: the scheduler could
+    never admit it (the run is refused before simulating, nothing lost). A lone run and
+    each pool of a cluster ask."""
+    if pool is None or not len(prompts):
         return
-    lengths = zip(requests.prompt_tokens.tolist(), requests.output_tokens.tolist(), strict=True)
-    need = {pair: pool.request_pages(*pair) for pair in set(lengths)}  # (each length once)
+    lengths = zip(prompts.tolist(), outputs.tolist(), strict=True)
+    need = {pair: pool.request_pages(*pair, role) for pair in set(lengths)}  # each length once
     most = max(need.values())
     if most <= pool.pages:
         return
     too_big = [pair for pair, pages in need.items() if pages > pool.pages]
-    prompts, outputs = requests.prompt_tokens, requests.output_tokens
     over = sum(int(np.sum((prompts == p) & (outputs == o))) for p, o in too_big)
     refused = ConfigError.single(
         scenario.workload_file,
         "serving.max_context",
-        f"{over:,} of {len(requests):,} requests reserve more KV pages than the stack's whole "
+        f"{over:,} of {len(prompts):,} requests reserve more KV pages than the stack's whole "
         f"pool holds: the largest reserves {most:,} pages of {pool.page_tokens} tokens "
         f"(its prompt and output tokens), the pool has {pool.pages:,} "
         f"({pool.tokens:,} tokens, {human.size(pool.pages * pool.page_bytes, 4)} per "

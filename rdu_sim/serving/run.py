@@ -177,7 +177,8 @@ def serve_scenario(
         decode_rows=scenario.stack.decode_rows,
         kv_pool=placement.kv_pool,
     )
-    check_pool(scenario, placement.kv_pool, requests)  # a request the pool never holds
+    # a request the pool never holds
+    check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
     prompt = typical_prompt(serving, requests.prompt_tokens)
     coe = scenario.workload.coe
     stats = None

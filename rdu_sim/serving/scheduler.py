@@ -241,7 +241,7 @@ class Scheduler(Driven):
         super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
-        self.kv = kv_pool(config.kv_pool, records.counts)  # what an admission's KV takes
+        self.kv = kv_pool(config.kv_pool, records.counts, config.role)  # an admission's KV
         self._series = records.series if records.keeps_series else None  # rows, if kept
         # The per-request arrays as memoryviews of the same memory, taken once (the records'
         # arrays are fixed when they are made): an item read or written through one is a C
@@ -264,7 +264,7 @@ class Scheduler(Driven):
         self.rounds = policies.rounds
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
-        policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves)
+        policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
         self._waiting = QueueView(self.queue, self._prompts)  # what ``admit_from`` reads
         self._after_prefill = False  # the step that ended last was prefill work
@@ -327,11 +327,35 @@ class Scheduler(Driven):
         self.load.add(-self._prompts[request] - generated)
         self.kv.give_back(request, self.clock.now)
 
+    def reserves(self, request: int) -> bool:
+        """Take ``request``'s KV memory now if the free memory holds it (a decode replica's
+        hand-off asks before it reserves a slot: the pool's pages, as an admission takes
+        them); False, nothing taken, otherwise. :meth:`leaves` returns it."""
+        prompt, output = self._prompts[request], self._outputs[request]
+        if not self.kv.fits(prompt, output):
+            return False
+        self.kv.take(request, prompt, output, self.clock.now)
+        return True
+
     def cuttable(self, steps: int) -> bool:
         """Whether an arrival (or a KV hand-off ending) during a decode run of ``steps`` could
-        end it early: a slot could take the request (or its hand-off)."""
+        end it early: a slot could take the request (or its hand-off). Not while the queue's
+        head waits for KV memory only a completion frees: an arrival queues behind it (in
+        order; a batching policy that chooses may take the arrival, so it still cuts)."""
         slots = self.slots
-        return steps > 1 and (slots.occupied < slots.n or bool(slots.waiting))
+        if steps <= 1:
+            return False
+        if slots.waiting:
+            return True
+        return slots.occupied < slots.n and not self._head_waits_for_memory()
+
+    def _head_waits_for_memory(self) -> bool:
+        """The next admission in order is the queue's head and the KV memory does not hold it."""
+        queue = self.queue
+        if not queue or not self.kv.bounded or self._chooses:
+            return False
+        head = queue[0]
+        return not self.kv.fits(self._prompts[head], self._outputs[head])
 
     def cut(self, start: int, steps: int, step: int, arrival: int) -> int:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a

@@ -1,0 +1,187 @@
+"""A paged KV pool in a cluster and in `rdu-sim check`: a request bigger than a pool's whole
+pool is refused before simulating (run and check alike), and every replica's pool holds no
+more than its pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.cli.main import cli
+from rdu_sim.serving.step_cache import PS_PER_S
+
+REPO = Path(__file__).resolve().parents[1]
+L8 = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
+GPU_SMALL_POOL = (
+    "{hardware: dgx-h100, stack: tensorrt-llm, serving.batch_slots: auto, "
+    "serving.max_context: 131072, stack.kv_memory_fraction: 0.05}"
+)
+BIG_REQUESTS = """\
+traffic:
+  rate: 5
+  requests: 20
+  prompt_tokens: {dist: uniform, low: 100, high: 120000}
+  output_tokens: 100
+  seed: 3
+slo: {ttft: 3 s, tpot: 50 ms, attainment: 0.9}
+"""
+
+
+def _mixed_big(tmp_path: Path) -> Path:
+    path = tmp_path / "mixed_big.yaml"
+    path.write_text(
+        f"name: mixed-big\npools:\n  serve:\n    workload: {L8}\n    replicas: 1\n"
+        f"    set: {GPU_SMALL_POOL}\nrouter: {{policy: least_outstanding}}\n{BIG_REQUESTS}"
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_a_cluster_request_bigger_than_a_pool_is_refused(tmp_path: Path, command: str) -> None:
+    """Before, the run deadlocked into "cluster lost or duplicated requests (scheduler bug)"
+    and check said OK: now both refuse in the lone run's words, naming the pool."""
+    path = _mixed_big(tmp_path)
+    result = CliRunner().invoke(cli, [command, str(path)])
+    assert result.exit_code == 2, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"error: {L8}: serving.max_context: 12 of 20 requests reserve")
+    assert "the pool has 415 (26,560 tokens" in first
+    assert first.endswith(f"(pool 'serve' of {path})")
+    assert "Traceback" not in result.output and "scheduler bug" not in result.output
+
+
+def test_check_refuses_a_workload_whose_requests_outgrow_its_pool(tmp_path: Path) -> None:
+    """`rdu-sim check` said OK to a workload its run refuses: it now makes the run's
+    requests and asks the same ``check_pool``, the same one line, exit 2."""
+    stack = (REPO / "stacks" / "tensorrt-llm.yaml").read_text()
+    stack = stack.replace("name: tensorrt-llm\n", "name: trt-small\n")
+    stack = stack.replace("kv_memory_fraction: 0.9\n", "kv_memory_fraction: 0.05\n")
+    assert "kv_memory_fraction: 0.05" in stack
+    (tmp_path / "trt-small.yaml").write_text(stack)
+    workload = tmp_path / "big.yaml"
+    workload.write_text(
+        "name: big\nhardware: dgx-h100\nstack: trt-small.yaml\nmodel: llama-3.1-8b\n"
+        "dtypes: {weights: bf16, kv: bf16, activations: bf16}\nparallelism: {tp: 1}\n"
+        "kv: {policy: full}\nserving:\n  batch_slots: auto\n  max_context: 131072\n"
+        "  prompt_tokens: {dist: uniform, low: 100, high: 120000}\n  output_tokens: 100\n"
+        "  prefill_chunk_tokens: 8192\n  arrival: {process: poisson, rate: 1.0}\n"
+        "  requests: 20\n  seed: 0\n"
+    )
+    runner = CliRunner()
+    checked, ran = (
+        runner.invoke(cli, ["check", str(workload)]),
+        runner.invoke(cli, ["run", str(workload)]),
+    )
+    assert checked.exit_code == ran.exit_code == 2, checked.output
+    words = f"error: {workload}:10: serving.max_context: 16 of 20 requests reserve more KV pages"
+    assert checked.output.splitlines()[0] == ran.output.splitlines()[0]
+    assert checked.output.startswith(words), checked.output
+
+
+def _disaggregated(tmp_path: Path) -> Path:
+    """One prefill and one decode replica of Llama 8B on TensorRT-LLM; the decode pool's
+    KV share is small (kv_memory_fraction 0.1), so its pages bind before its slots do."""
+    gpu = "hardware: dgx-h100, stack: tensorrt-llm, serving.batch_slots: auto"
+    path = tmp_path / "disagg.yaml"
+    path.write_text(
+        f"name: gpu-disagg\npools:\n"
+        f"  prefill:\n    workload: {L8}\n    replicas: 1\n    role: prefill\n"
+        f"    set: {{{gpu}}}\n"
+        f"  decode:\n    workload: {L8}\n    replicas: 1\n    role: decode\n"
+        f"    set: {{{gpu}, stack.kv_memory_fraction: 0.1}}\n"
+        "router: {policy: least_outstanding}\n"
+        "traffic:\n  rate: 200\n  requests: 600\n"
+        "  prompt_tokens: {dist: uniform, low: 16, high: 6000}\n"
+        "  output_tokens: {dist: uniform, low: 16, high: 2000}\n  seed: 3\n"
+        "slo: {ttft: 3 s, tpot: 50 ms, attainment: 0.9}\n"
+        "kv_transfer: {bandwidth: 50 GB/s, latency: 10 us}\n"
+    )
+    return path
+
+
+def test_a_decode_replica_holds_no_more_kv_pages_than_its_pool(tmp_path: Path) -> None:
+    """Before, a decode replica's hand-off reserved slots only: it held requests whose
+    reservations were several times its pool (the reviewer's probe: 52,011 pages in a pool
+    of 7,436). Now the hand-off takes the pages as an admission does: counted independently
+    from the records (each decoded request's pages from its cache's arrival to its finish),
+    no instant holds more than the pool, and the JSON says each pool's peak."""
+    result = run_cluster(_disaggregated(tmp_path))
+    pools = {p.pool.name: p.placement.kv_pool for p in result.pools}
+    decode = pools["decode"]
+    assert decode is not None and decode.pages < 1000
+    columns, records = result.requests(), result.run.records
+    moved = columns["decode_replica"] >= 0
+    assert int(moved.sum()) == 600
+    pages = [
+        decode.request_pages(int(p), int(o))
+        for p, o in zip(
+            columns["prompt_tokens"][moved], columns["output_tokens"][moved], strict=True
+        )
+    ]
+    finish = np.round(columns["finish_s"][moved] * PS_PER_S).astype(np.int64)
+    changes = sorted(
+        [(int(t), n) for t, n in zip(records.kv_start_ps[moved], pages, strict=True)]
+        + [(int(t), -n) for t, n in zip(finish, pages, strict=True)]
+    )
+    held = np.cumsum([n for _, n in changes])
+    assert int(held.max()) <= decode.pages
+    assert sum(pages) > 3 * decode.pages  # the pool binds: without it, it would overfill
+    data = result.to_dict()["pools"]
+    for name, pool in pools.items():
+        assert pool is not None
+        shown = data[name]["kv_pool"]
+        assert shown["pages"] == pool.pages and shown["page_tokens"] == 64
+        assert 0 < shown["peak_pages"] <= pool.pages, name
+    assert int(held.max()) == data["decode"]["kv_pool"]["peak_pages"]
+
+
+GPU = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
+GPU_DISAGGREGATED = {"pools.prefill.set": GPU, "pools.decode.set": GPU}
+
+
+@pytest.mark.parametrize(("capacity", "blocks"), [(None, 467), ("8 GiB", 128)])
+def test_a_paged_pools_prefix_cache_is_set_aside_from_its_pool(
+    capacity: str | None, blocks: int
+) -> None:
+    """The paged pool took the whole KV room, so the prefix cache (sized by the HBM beside
+    the slots) silently got 0 blocks and an explicit capacity was refused. It now lives in
+    the pool, as vLLM's and TensorRT-LLM's cached blocks do: half the pool by default
+    (PAGED_PREFIX_SHARE), or prefix_cache.capacity; its pages leave admissions' pool, and
+    pool plus prefix pages stay within the KV room."""
+    overrides: dict[str, object] = dict(GPU_DISAGGREGATED)
+    if capacity is not None:
+        overrides["prefix_cache.capacity"] = capacity
+    result = run_cluster("llama3.1-8b-disaggregated", overrides)
+    prefill = next(p for p in result.pools if p.pool.name == "prefill")
+    whole, admitting = prefill.placement.kv_pool, prefill.runtime.config.kv_pool
+    assert whole is not None and admitting is not None
+    assert prefill.runtime.prefix_blocks == blocks
+    per_block = 512 // whole.page_tokens  # a 512-token block in 64-token pages
+    assert admitting.pages + blocks * per_block == whole.pages
+    hbm = prefill.placement.tiers["hbm"]
+    room = prefill.pool.scenario.stack.kv_room(
+        hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes
+    )
+    assert (admitting.pages + blocks * per_block) * whole.page_bytes <= room
+    data = result.to_dict()
+    assert data["prefix_cache"]["prefill_tokens_skipped"] > 300_000
+    assert data["pools"]["prefill"]["kv_pool"]["pages"] == admitting.pages
+    decode = next(p for p in result.pools if p.pool.name == "decode")
+    assert decode.runtime.prefix_blocks == 0  # a decode replica keeps its whole pool
+    assert decode.runtime.config.kv_pool == decode.placement.kv_pool
+
+
+def test_an_arrival_behind_a_head_waiting_for_pages_does_not_cut_a_decode_run(
+    tmp_path: Path,
+) -> None:
+    """While the queue's head waits for pages only a completion frees, an arrival (here a
+    hand-off to the decode replica) queues behind it: cutting the decode run for it only
+    re-decided the same run. The decode replica's runs are no longer cut so (1,848 events
+    for its 50,327 steps before, 1,282 now), and what it serves is unchanged."""
+    replicas = run_cluster(_disaggregated(tmp_path)).to_dict()["per_replica"]
+    decode = next(r for r in replicas if r["role"] == "decode")
+    assert decode["steps"] == {"prefill": 0, "decode": 50327, "decode_events": 1282}
