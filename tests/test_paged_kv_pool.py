@@ -222,3 +222,18 @@ def test_a_prefill_server_reserves_its_prompt_and_first_token() -> None:
     assert mixed.fits(1000, 1500) and not prefill.fits(1000, 1500)  # 32 of 40 pages held
     mixed.take(0, 1000, 1500, now=0)
     assert not mixed.fits(1, 1)
+
+
+def test_compare_times_a_paged_stacks_default_batch_at_what_its_pool_holds(l8: Path) -> None:
+    """`compare` without --batch times a paged stack's decode step at the sequences of its
+    context the KV pool holds at once (``serving.backend.step_batch``), as `step` does: its
+    slots count the smallest requests (2,048 here), far more than 128k-token sequences fit."""
+    from rdu_sim.compare import compare
+    from rdu_sim.serving.backend import step_batch
+
+    overrides = {"serving.max_context": 131072}
+    column = compare(l8, ["dgx-h100"], overrides).columns[0]
+    scenario = api.load(l8, overrides)
+    held = step_batch(scenario, api.EngineBackend())
+    assert column.batch == held and 1 <= held < column.batch_capacity == 2048
+    assert column.batch == api.default_step_shape(scenario, "decode").batch

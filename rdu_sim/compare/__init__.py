@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim import human
-from rdu_sim.api import EngineBackend, default_step_shape, load, resolve_batch_slots
+from rdu_sim.api import EngineBackend, default_step_shape, load
 from rdu_sim.compare.column import Column, Comparison
 from rdu_sim.compare.why import column_lines, not_compared, scope, stacks_differ, verdicts
 from rdu_sim.compiler import CapacityError
@@ -77,6 +77,7 @@ from rdu_sim.input_errors import InputError
 from rdu_sim.report.bound import step_bound
 from rdu_sim.report.energy import machine_watts
 from rdu_sim.scenario import Scenario
+from rdu_sim.serving.backend import step_batch
 from rdu_sim.serving.coe import (
     coe_capacity,
     expert_step_scenario,
@@ -484,7 +485,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         if scenario.workload.coe is None:
             timed = scenario
             capacity = backend.batch_capacity(scenario)
-            slots = batch if batch is not None else resolve_batch_slots(scenario, backend)[1]
+            # a paged stack's default: the sequences of this context its KV pool holds
+            slots = batch if batch is not None else step_batch(scenario, backend, context)
         else:
             timed, capacity, slots = _coe_expert(scenario, batch)
         decode = default_step_shape(timed, "decode", batch=slots, context=context)
