@@ -217,7 +217,7 @@ def step(
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
     if phase == "decode" and batch is not None:  # a batch given: does its pool hold it?
-        warn_over_pool(scenario, backend, batch, context)
+        warn_over_pool(scenario, backend, int(batch), context)  # a numpy integer too
     return backend.step_cost(scenario, shape)
 
 
