@@ -112,14 +112,6 @@ def pool_machine(pool: PoolScenario) -> Machine:
     return Machine(hardware.power, hardware.cost, pool.sockets, hardware.system.sockets_per_node)
 
 
-PAGED_PREFIX_SHARE = 2
-"""A paged pool's prefix cache takes 1/PAGED_PREFIX_SHARE of its pages when
-``prefix_cache.capacity`` is not given: an assumption, not a measurement. vLLM and
-TensorRT-LLM keep cached blocks in the one KV pool, in whatever pages no running request
-holds, evicting them as admissions need pages; a fixed half is the static stand-in (the
-running requests get the rest). Give ``prefix_cache.capacity`` to choose the split."""
-
-
 class EmptyPrefixCacheWarning(UserWarning):
     """A pool that prefills, in a cluster with a prefix cache, has room for no block."""
 
@@ -153,14 +145,15 @@ def _paged_prefix_blocks(
 ) -> tuple[int, int]:
     """A paged pool's prefix cache lives in its KV pool, as vLLM's and TensorRT-LLM's cached
     blocks do: its blocks (each of whole pages) are set aside from the pages admissions
-    reserve, ``prefix_cache.capacity`` bytes per socket of them, else 1/PAGED_PREFIX_SHARE
-    of the pool. The blocks and the pages they take."""
+    reserve, ``prefix_cache.capacity`` bytes per socket of them, else its ``pool_share`` of
+    the pool (an assumption: ``config.cluster.PrefixCacheConfig``). The blocks and the pages
+    they take."""
     prefix = cluster.config.prefix_cache
     assert prefix is not None
     per_block = -(-prefix.block_tokens // kv.page_tokens)  # pages of one block
     pool_bytes = kv.pages * kv.page_bytes
     if prefix.capacity is None:
-        blocks = kv.pages // PAGED_PREFIX_SHARE // per_block
+        blocks = int(kv.pages * prefix.pool_share) // per_block
         return blocks, blocks * per_block
     capacity = prefix.capacity
     if capacity >= pool_bytes:
@@ -183,7 +176,7 @@ def _paged_prefix_blocks(
                 f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
                 f"{per_block * kv.page_bytes} bytes per socket ({per_block} pages) in pool "
                 f"{pool.name!r}'s paged KV pool; give at least that, or omit capacity for "
-                f"1/{PAGED_PREFIX_SHARE} of the pool",
+                f"prefix_cache.pool_share ({prefix.pool_share:g}) of the pool",
             ),
             cluster.file,
             cluster.overrides,

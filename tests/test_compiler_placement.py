@@ -449,7 +449,7 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
     all memory not in it) in whole pages: half the pool by default, whole blocks of pages."""
     from types import SimpleNamespace
 
-    from rdu_sim.api_cluster import PAGED_PREFIX_SHARE, _prefix_blocks
+    from rdu_sim.api_cluster import _prefix_blocks
 
     def blocks(stack: str) -> tuple[tuple[int, int], Placement, int]:
         scenario = load_scenario(
@@ -457,7 +457,7 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
             overrides={"hardware": "dgx-h100", "stack": stack, "serving.batch_slots": 8},
         )
         placement = plan_memory(scenario, 8)
-        prefix = SimpleNamespace(capacity=None, block_tokens=512)
+        prefix = SimpleNamespace(capacity=None, block_tokens=512, pool_share=0.5)
         cluster = SimpleNamespace(config=SimpleNamespace(prefix_cache=prefix))
         pool = SimpleNamespace(role="mixed", scenario=scenario)
         hbm = placement.tiers["hbm"]
@@ -469,5 +469,5 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
     (vllm, pages), placement, _ = blocks("vllm-2024")
     pool = placement.kv_pool
     assert pool is not None and pool.page_tokens == 16
-    assert vllm == pool.pages // PAGED_PREFIX_SHARE // (512 // 16) > 0
-    assert pages == vllm * 512 // 16 <= pool.pages // PAGED_PREFIX_SHARE
+    assert vllm == pool.pages // 2 // (512 // 16) > 0
+    assert pages == vllm * 512 // 16 <= pool.pages // 2

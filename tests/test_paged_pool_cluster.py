@@ -143,18 +143,21 @@ GPU = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
 GPU_DISAGGREGATED = {"pools.prefill.set": GPU, "pools.decode.set": GPU}
 
 
-@pytest.mark.parametrize(("capacity", "blocks"), [(None, 467), ("8 GiB", 128)])
+@pytest.mark.parametrize(
+    ("setting", "blocks"),
+    [(None, 467), (("capacity", "8 GiB"), 128), (("pool_share", 0.25), 233)],
+)
 def test_a_paged_pools_prefix_cache_is_set_aside_from_its_pool(
-    capacity: str | None, blocks: int
+    setting: tuple[str, object] | None, blocks: int
 ) -> None:
     """The paged pool took the whole KV room, so the prefix cache (sized by the HBM beside
     the slots) silently got 0 blocks and an explicit capacity was refused. It now lives in
-    the pool, as vLLM's and TensorRT-LLM's cached blocks do: half the pool by default
-    (PAGED_PREFIX_SHARE), or prefix_cache.capacity; its pages leave admissions' pool, and
+    the pool, as vLLM's and TensorRT-LLM's cached blocks do: prefix_cache.pool_share of it
+    (half by default), or prefix_cache.capacity; its pages leave admissions' pool, and
     pool plus prefix pages stay within the KV room."""
     overrides: dict[str, object] = dict(GPU_DISAGGREGATED)
-    if capacity is not None:
-        overrides["prefix_cache.capacity"] = capacity
+    if setting is not None:
+        overrides[f"prefix_cache.{setting[0]}"] = setting[1]
     result = run_cluster("llama3.1-8b-disaggregated", overrides)
     prefill = next(p for p in result.pools if p.pool.name == "prefill")
     whole, admitting = prefill.placement.kv_pool, prefill.runtime.config.kv_pool

@@ -278,7 +278,17 @@ class PrefixCacheConfig(StrictModel):
         gt=0,
         le=2**60,
         description="HBM per socket holding cached blocks; omit for what the replica's memory "
-        "plan leaves free",
+        "plan leaves free (static slots) or pool_share of a paged KV pool",
+    )
+    pool_share: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="share of a paged KV pool's pages (TensorRT-LLM, vLLM) set aside for "
+        "cached blocks when capacity is omitted; the rest is what admissions reserve. An "
+        "assumption, not a measurement: the runtimes keep cached blocks in whatever pages no "
+        "running request holds and evict them as admissions need pages; a fixed share is the "
+        "static stand-in. Static slots ignore it",
     )
 
 
