@@ -93,17 +93,9 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     _, slots, placement, _, _ = plan_capacity(scenario, EngineBackend())
     if placement.kv_pool is not None:  # the requests its run makes, against its pool
         from rdu_sim.serving.limits import check_pool
-        from rdu_sim.serving.requests import make_requests
+        from rdu_sim.serving.run import scenario_requests
 
-        serving = scenario.workload.serving
-        requests = make_requests(
-            serving,
-            slots,
-            scenario.base_dir,
-            scenario.workload_file,
-            scenario.overrides,
-            scenario.workload.coe,
-        )
+        requests = scenario_requests(scenario, slots)
         check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
 
 

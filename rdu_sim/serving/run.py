@@ -148,20 +148,26 @@ def draft_link_ps(scenario: Scenario, slots: int) -> int:
     return to_ps(2 * link.latency + sent / bandwidth)
 
 
-def serve_scenario(
-    scenario: Scenario, backend: Backend, progress: Progress | None = None
-) -> ServingRun:
-    """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
-    serving = scenario.workload.serving
-    capacity, slots, placement, draft_placement, coe_plan = _plan(scenario, backend)
-    requests = make_requests(
-        serving,
+def scenario_requests(scenario: Scenario, slots: int) -> RequestSet:
+    """The requests a run of ``scenario`` on ``slots`` batch slots serves (drawn, or read
+    from its trace): what ``rdu-sim check`` holds against a paged pool too."""
+    return make_requests(
+        scenario.workload.serving,
         slots,
         scenario.base_dir,
         scenario.workload_file,
         scenario.overrides,
         scenario.workload.coe,
     )
+
+
+def serve_scenario(
+    scenario: Scenario, backend: Backend, progress: Progress | None = None
+) -> ServingRun:
+    """Simulate serving ``scenario``; ``progress(done, total)`` is called as requests finish."""
+    serving = scenario.workload.serving
+    capacity, slots, placement, draft_placement, coe_plan = _plan(scenario, backend)
+    requests = scenario_requests(scenario, slots)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
     warn_unchunked(scenario, requests.prompt_tokens)
     # a partial, not a closure: the result (holding its cache) must pickle (``api`` docstring)
