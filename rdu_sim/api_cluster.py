@@ -55,7 +55,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import API, overridden
 from rdu_sim.config.show import cut_middle
 from rdu_sim.input_errors import InputError
-from rdu_sim.kv.paged import PagedKV
+from rdu_sim.kv.paged import PagedKV, block_pages
 from rdu_sim.provenance import file_digest, of_scenario, outside_code, shown_file, simulator
 from rdu_sim.report.cluster import request_columns, summarize_cluster
 from rdu_sim.report.cluster_summary import ClusterMeta, ClusterSummary, PoolSummary
@@ -119,8 +119,9 @@ class EmptyPrefixCacheWarning(UserWarning):
 def _prefix_blocks(
     cluster: ClusterScenario, pool: PoolScenario, placement: Placement
 ) -> tuple[int, int]:
-    """How many prefix-cache blocks one replica of the pool holds, from its memory plan, and
-    the pages of a paged KV pool they are set aside from (0 for static slots)."""
+    """How many prefix-cache blocks one replica of the pool holds at most, from its memory
+    plan, and the pages of one block in its paged KV pool, whose pages the blocks share (0
+    for static slots)."""
     prefix = cluster.config.prefix_cache
     if prefix is None or pool.role == "decode":  # a decode replica never prefills
         return 0, 0
@@ -144,44 +145,59 @@ def _paged_prefix_blocks(
     cluster: ClusterScenario, pool: PoolScenario, kv: PagedKV
 ) -> tuple[int, int]:
     """A paged pool's prefix cache lives in its KV pool, as vLLM's and TensorRT-LLM's cached
-    blocks do: its blocks (each of whole pages) are set aside from the pages admissions
-    reserve, ``prefix_cache.capacity`` bytes per socket of them, else its ``pool_share`` of
-    the pool (an assumption: ``config.cluster.PrefixCacheConfig``). The blocks and the pages
-    they take."""
+    blocks do: its blocks (each of whole pages: ``kv.paged.block_pages``) share the pool's
+    pages with the running requests, idle ones evicted as admissions need their pages
+    (``serving.kv_pool``); at most the whole pool, or ``prefix_cache.capacity`` bytes per
+    socket of it when given (a cap). The blocks it holds at most, and one block's pages."""
     prefix = cluster.config.prefix_cache
     assert prefix is not None
-    per_block = -(-prefix.block_tokens // kv.page_tokens)  # pages of one block
-    pool_bytes = kv.pages * kv.page_bytes
-    if prefix.capacity is None:
-        blocks = int(kv.pages * prefix.pool_share) // per_block
-        return blocks, blocks * per_block
+    try:
+        per_block = block_pages(prefix.block_tokens, kv.page_tokens)
+    except ValueError:
+        raise overridden(
+            cluster.issue(
+                "prefix_cache.block_tokens",
+                f"{prefix.block_tokens} tokens are not whole pages of pool {pool.name!r}'s "
+                f"paged KV pool ({kv.page_tokens}-token pages, its stack's kv_page_tokens): "
+                "the runtime caches whole pages, so a cached block must be a multiple of the "
+                "page; use a trace whose blocks are, or a stack whose pages divide them",
+            ),
+            cluster.file,
+            cluster.overrides,
+        ) from None
+    whole = kv.pages // per_block  # blocks the whole pool holds
     capacity = prefix.capacity
-    if capacity >= pool_bytes:
+    if capacity is None:
+        return whole, per_block
+    block_bytes = per_block * kv.page_bytes
+    blocks = capacity // block_bytes
+    if blocks >= whole:
         raise overridden(
             cluster.issue(
                 "prefix_cache.capacity",
-                f"{capacity} bytes per socket leave nothing of the {pool_bytes} bytes of pool "
-                f"{pool.name!r}'s paged KV pool ({kv.pages} pages of {kv.page_tokens} tokens) "
-                "for its running requests; the prefix cache is set aside from that pool",
+                f"{capacity} bytes per socket cap nothing: pool {pool.name!r}'s paged KV pool "
+                f"({kv.pages} pages of {kv.page_tokens} tokens, {kv.pages * kv.page_bytes} "
+                f"bytes per socket) holds {whole} blocks in all, and its cached blocks may "
+                "take any pages no running request holds (evicted as admissions need them); "
+                "omit capacity, or give less to cap the cache",
             ),
             cluster.file,
             cluster.overrides,
         )
-    blocks = capacity // kv.page_bytes // per_block
     if not blocks:  # a cache of no block caches nothing
         raise overridden(
             cluster.issue(
                 "prefix_cache.capacity",
                 f"{capacity} bytes per socket hold no block: one block of "
                 f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
-                f"{per_block * kv.page_bytes} bytes per socket ({per_block} pages) in pool "
+                f"{block_bytes} bytes per socket ({per_block} pages) in pool "
                 f"{pool.name!r}'s paged KV pool; give at least that, or omit capacity for "
-                f"prefix_cache.pool_share ({prefix.pool_share:g}) of the pool",
+                "a cache sharing the whole pool",
             ),
             cluster.file,
             cluster.overrides,
         )
-    return blocks, blocks * per_block
+    return blocks, per_block
 
 
 def _static_prefix_blocks(
@@ -256,10 +272,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
         except CapacityError as exc:
             raise _in_pool(exc, cluster, pool) from None
         serving = scenario.workload.serving
-        prefix_blocks, prefix_pages = _prefix_blocks(cluster, pool, placement)
-        kv_pool = placement.kv_pool  # less the pages its prefix cache is set aside
-        if kv_pool is not None and prefix_pages:
-            kv_pool = replace(kv_pool, pages=kv_pool.pages - prefix_pages)
+        prefix_blocks, per_block = _prefix_blocks(cluster, pool, placement)
         runtime = PoolRuntime(
             name=pool.name,
             replicas=pool.replicas * pool.ranks,  # a server per attention rank
@@ -273,7 +286,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 scenario.stack.mixed_batching,
                 scenario.stack.decode_rows,
                 # a paged pool's admissions (a decode replica's hand-off reserves them too)
-                kv_pool=kv_pool,
+                kv_pool=placement.kv_pool,
             ),
             policy=scenario.kv_policy,
             step_times=times,
@@ -282,6 +295,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
             prefix_blocks=prefix_blocks,
             sockets=scenario.tp,
             ranks=pool.ranks,
+            block_pages=per_block,
         )
         resolved.append(PoolResolved(pool, capacity, placement, runtime))
     slots = sum(p.runtime.replicas * p.runtime.config.batch_slots for p in resolved)

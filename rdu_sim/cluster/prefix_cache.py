@@ -9,7 +9,12 @@ The blocks are read in place by the requests that use them (a block table, as pa
 attention does), so a block a running request uses is pinned: it cannot be evicted until
 that request leaves the replica. Unpinned blocks are evicted least recently used first when
 a new block needs room; when every block is pinned the new block is simply not cached.
-Capacity is a number of blocks (``ClusterScenario`` turns HBM bytes into blocks).
+Capacity is a number of blocks (``api_cluster`` turns HBM bytes into blocks).
+
+Static slots: the cache has HBM of its own beside the slots, ``capacity`` blocks. A paged KV
+pool: the blocks live in the pool's pages (``serving.kv_pool`` states how a request's pages
+and the cached blocks relate), ``capacity`` is at most the pool (or an optional cap), and the
+pool evicts idle blocks for an admission's pages (:meth:`PrefixCache.evict_for_room`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ class PrefixCache:
         self.lookups = 0  # blocks looked up at admissions
         self.hits = 0  # of those, found (leading blocks only)
         self.inserted = 0
-        self.evicted = 0
+        self.evicted = 0  # every eviction: for a new block, or for an admission's pages
+        self.evicted_for_room = 0  # of those, for an admission's pages (a paged pool's)
         self.not_cached = 0  # blocks that found no room (everything pinned)
 
     def __len__(self) -> int:
@@ -52,6 +58,37 @@ class PrefixCache:
                 break
             count += 1
         return count
+
+    def would_pin(self, hashes: Sequence[int]) -> tuple[int, int]:
+        """How many leading blocks of ``hashes`` are cached, and how many of those are idle
+        (no side effect: a paged pool asks before an admission)."""
+        refs = self._refs
+        count = idle = 0
+        for block in hashes:
+            users = refs.get(block)
+            if users is None:
+                break
+            count += 1
+            if not users:
+                idle += 1
+        return count, idle
+
+    def pinned(self, request: int) -> int:
+        """Blocks ``request`` pins now."""
+        held = self._held.get(request)
+        return 0 if held is None else len(held)
+
+    @property
+    def idle(self) -> int:
+        """Blocks cached that no request pins."""
+        return len(self._idle)
+
+    def evict_for_room(self) -> None:
+        """Evict the least recently used idle block: a paged pool's admission needs its
+        pages (ValueError when every block is pinned: the pool asks :attr:`idle` first)."""
+        if not self._evict_one():
+            raise ValueError("no idle prefix-cache block to evict")
+        self.evicted_for_room += 1
 
     def acquire(self, request: int, hashes: Sequence[int]) -> int:
         """A request starts its prefill: pin and return its cached leading blocks."""

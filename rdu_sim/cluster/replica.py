@@ -3,10 +3,12 @@
 The replica is the server's ``hooks`` (``serving.hooks``): it looks the prompt up in its
 prefix cache when a slot is given (cached blocks skip prefill work), caches the prompt's
 blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
-for decoding elsewhere. A mixed replica without a prefix cache has nothing to do there: its
-server runs without hooks (three calls fewer a request). A router reads its load
-(``serving.load``) from its pool's board (``load_board``), and what its cache holds for a
-request from its group's prefix index (``prefix_index``).
+for decoding elsewhere. On a paged KV pool it is also the pool's view of the cache
+(``serving.kv_pool.PoolBlocks``): the cached blocks live in the pool's pages. A mixed
+replica without a prefix cache has nothing to do there: its server runs without hooks
+(three calls fewer a request). A router reads its load (``serving.load``) from its pool's
+board (``load_board``), and what its cache holds for a request from its group's prefix
+index (``prefix_index``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class PoolRuntime:
     prefix_blocks: int  # prefix cache capacity of one replica, in blocks (0: no cache)
     sockets: int  # sockets of one replica (its tensor-parallel group)
     ranks: int = 1  # attention ranks of a replica: consecutive servers stepping together
+    # pages of one prefix-cache block in the replica's paged KV pool, whose pages the cache
+    # shares (``kv.paged.block_pages``); 0: no cache there, or static slots
+    block_pages: int = 0
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.replicas % self.ranks:
@@ -120,6 +125,7 @@ class Replica:
         )
         self.cache = StepCache(runtime.step_times)
         self.records = records
+        self.block_pages = runtime.block_pages if self.prefix is not None else 0
         self.server = Server(
             cluster.loop,
             runtime.config,
@@ -132,6 +138,7 @@ class Replica:
             load=load,
             facts=runtime.facts,
             rank=runtime.ranks > 1,
+            blocks=self if self.block_pages else None,
         )
         self.taken = 0  # requests routed here
 
@@ -162,6 +169,32 @@ class Replica:
         """Unpin the request's cached blocks."""
         if self.prefix is not None:
             self.prefix.release(request)
+
+    # --- a paged KV pool's view of the cache (``serving.kv_pool.PoolBlocks``) -------------------
+    def sharable(self, request: int) -> tuple[int, int]:
+        """The cached leading blocks ``request``'s admission would pin, and the idle ones."""
+        assert self.prefix is not None
+        return self.prefix.would_pin(self.shared_blocks(request))
+
+    def pinned(self, request: int) -> int:
+        """Blocks ``request`` pins."""
+        assert self.prefix is not None
+        return self.prefix.pinned(request)
+
+    def cached(self) -> int:
+        """Blocks cached."""
+        assert self.prefix is not None
+        return len(self.prefix)
+
+    def idle(self) -> int:
+        """Cached blocks no request pins."""
+        assert self.prefix is not None
+        return self.prefix.idle
+
+    def evict(self) -> None:
+        """Evict the least recently used idle block for an admission's pages."""
+        assert self.prefix is not None
+        self.prefix.evict_for_room()
 
     # --- what the hooks and a router ask ---------------------------------------------------
     def shared_blocks(self, request: int) -> Sequence[int]:

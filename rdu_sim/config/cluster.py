@@ -10,6 +10,7 @@ describes every field; field paths are the `--set` paths (`pools.serve.replicas=
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -278,18 +279,23 @@ class PrefixCacheConfig(StrictModel):
         gt=0,
         le=2**60,
         description="HBM per socket holding cached blocks; omit for what the replica's memory "
-        "plan leaves free (static slots) or pool_share of a paged KV pool",
+        "plan leaves free (static slots), or, on a paged KV pool (TensorRT-LLM, vLLM), for no "
+        "cap: the blocks share the pool's pages, idle ones evicted as admissions need them",
     )
-    pool_share: float = Field(
-        default=0.5,
-        gt=0,
-        lt=1,
-        description="share of a paged KV pool's pages (TensorRT-LLM, vLLM) set aside for "
-        "cached blocks when capacity is omitted; the rest is what admissions reserve. An "
-        "assumption, not a measurement: the runtimes keep cached blocks in whatever pages no "
-        "running request holds and evict them as admissions need pages; a fixed share is the "
-        "static stand-in. Static slots ignore it",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_pool_share(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "pool_share" in data:
+            raise FieldProblem(
+                "pool_share",
+                "was removed: a paged KV pool's prefix cache no longer takes a fixed share of the "
+                "pool; its blocks share the pool's pages with the running requests, idle ones "
+                "evicted (least recently used first) as admissions need pages, as vLLM and "
+                "TensorRT-LLM do. Remove it; prefix_cache.capacity (bytes per socket) caps "
+                "the cache if a cap is wanted",
+            )
+        return data
 
 
 class KVTransferConfig(StrictModel):

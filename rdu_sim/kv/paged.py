@@ -9,6 +9,10 @@ plus its output tokens (at most the policy's slot), rounded up to whole pages
 and this is the conservative model of it too: no request is ever preempted). The pages
 return when the request completes. The compiler sizes the pool and the batch with this rule
 (``compiler.placement``), the scheduler admits with it (``serving.kv_pool``).
+
+A cluster's prefix cache keeps its blocks in the same pool (``serving.kv_pool`` says how a
+request's pages and the cached blocks relate): a block of ``block_tokens`` is
+:func:`block_pages` whole pages, so a prompt's leading blocks are exactly its leading pages.
 """
 
 from __future__ import annotations
@@ -65,3 +69,15 @@ def reserved_pages(
     rounded up to whole pages of ``page_tokens``."""
     tokens = min(prompt + output, slot_tokens) + extra_tokens
     return -(-tokens // page_tokens)
+
+
+def block_pages(block_tokens: int, page_tokens: int) -> int:
+    """Pages of one prefix-cache block of ``block_tokens`` tokens in a pool of
+    ``page_tokens``-token pages: the runtimes cache whole pages (vLLM hashes each page, a
+    block of its block manager), so a block is whole pages only when the page size divides
+    it; ValueError otherwise (the cluster's loader says it in the file's words)."""
+    if block_tokens % page_tokens:
+        raise ValueError(
+            f"a {block_tokens}-token prefix-cache block is not whole {page_tokens}-token pages"
+        )
+    return block_tokens // page_tokens

@@ -251,6 +251,7 @@ def _ranks(replicas: Sequence[Replica]) -> list[tuple[int, int] | None]:
 
 def _prefix(replicas: Sequence[Replica]) -> PrefixCacheStats:
     caches = [r.prefix for r in replicas if r.prefix is not None]
+    paged = any(r.block_pages for r in replicas)  # its blocks share a paged pool's pages
     lookups = sum(c.lookups for c in caches)
     hits = sum(c.hits for c in caches)
     return PrefixCacheStats(
@@ -261,6 +262,7 @@ def _prefix(replicas: Sequence[Replica]) -> PrefixCacheStats:
         inserted=sum(c.inserted for c in caches),
         evicted=sum(c.evicted for c in caches),
         not_cached=sum(c.not_cached for c in caches),
+        evicted_for_room=sum(c.evicted_for_room for c in caches) if paged else None,
     )
 
 
@@ -381,14 +383,22 @@ def summarize_cluster(
 
 
 def _kv_pool(replicas: Sequence[Replica], pool: str) -> PoolKVPool | None:
-    """Pool ``pool``'s paged KV pool and the most pages any of its servers held (None for
-    static slots)."""
+    """Pool ``pool``'s paged KV pool, the most pages any of its servers held, and the most
+    its prefix caches' blocks took when they share it (None for static slots)."""
     servers = [r for r in replicas if r.runtime.name == pool]
     kv = servers[0].runtime.config.kv_pool if servers else None
     if kv is None:
         return None
-    peak = max(r.server.records.counts.kv_pages_peak for r in servers)
-    return PoolKVPool(page_tokens=kv.page_tokens, pages=kv.pages, peak_pages=peak)
+    counts = [r.server.records.counts for r in servers]
+    cached = None
+    if servers[0].block_pages:
+        cached = max(c.kv_cached_pages_peak for c in counts)
+    return PoolKVPool(
+        page_tokens=kv.page_tokens,
+        pages=kv.pages,
+        peak_pages=max(c.kv_pages_peak for c in counts),
+        peak_cached_pages=cached,
+    )
 
 
 def _pool_occupancy(

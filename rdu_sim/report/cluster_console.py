@@ -164,7 +164,12 @@ def goodput_table(result: ClusterSummary) -> Table:
             (
                 "prefix cache",
                 f"{human.percent(prefix.hit_rate)} of blocks hit, "
-                f"{human.percent(prefix.token_hit_rate)} of prompt tokens skipped",
+                f"{human.percent(prefix.token_hit_rate)} of prompt tokens skipped"
+                + (
+                    ""
+                    if prefix.evicted_for_room is None
+                    else f", {prefix.evicted_for_room:,} blocks evicted for admissions' pages"
+                ),
             )
         )
     transfer = result.kv_transfer

@@ -70,13 +70,16 @@ class ClusterMeta:
 @dataclass(frozen=True)
 class PoolKVPool:
     """A pool's paged KV pool (``kv.paged``; one device's share of each page): each
-    server's pages and their tokens, and the most pages any of its servers held at once
-    (never more than ``pages``: a decode replica's hand-off reserves them as an admission
-    does)."""
+    server's pages and their tokens, and the most pages any of its servers held at once,
+    requests' own and cached blocks' (never more than ``pages``: a decode replica's hand-off
+    reserves them as an admission does); with a prefix cache, whose blocks share the pool
+    (``serving.kv_pool``), the most pages its blocks took on any server (None without one,
+    and left out of the JSON)."""
 
     page_tokens: int
     pages: int
     peak_pages: int
+    peak_cached_pages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,8 +154,10 @@ class Brief:
 
 @dataclass(frozen=True)
 class PrefixCacheStats:
-    """Prefix caches (one replica's, or all of them summed): blocks held, looked up, hit,
-    inserted, evicted, and not cached."""
+    """Prefix caches (one replica's, or all of them summed): blocks held at most, looked up,
+    hit, inserted, evicted, and not cached; on a paged KV pool, of the evicted, those an
+    admission's pages needed (``evicted_for_room``; None for static slots, whose cache has
+    memory of its own, and left out of the JSON)."""
 
     capacity_blocks: int
     lookups: int
@@ -161,6 +166,14 @@ class PrefixCacheStats:
     inserted: int
     evicted: int
     not_cached: int
+    evicted_for_room: int | None
+
+    @staticmethod
+    def shown(data: dict[str, Any]) -> dict[str, Any]:
+        """Its JSON, ``data`` (its ``asdict``), without a None ``evicted_for_room``."""
+        if data["evicted_for_room"] is None:
+            del data["evicted_for_room"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -204,6 +217,8 @@ class ReplicaSummary:
         for optional in ("prefix_cache", "rank", "of_replica"):
             if data[optional] is None:
                 del data[optional]
+        if "prefix_cache" in data:
+            PrefixCacheStats.shown(data["prefix_cache"])
         return data
 
 
@@ -287,11 +302,15 @@ class ClusterSummary(ClusterMeta):
                 pool["kv_kept"] = kept.to_dict()
             if pool["kv_pool"] is None:
                 del pool["kv_pool"]
+            elif pool["kv_pool"]["peak_cached_pages"] is None:
+                del pool["kv_pool"]["peak_cached_pages"]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer", "lockstep"):
             if data[optional] is None:
                 del data[optional]
+        if "prefix_cache" in data:
+            PrefixCacheStats.shown(data["prefix_cache"])
         result: dict[str, Any] = rounded(data)
         result["provenance"] = copy.deepcopy(self.provenance)
         return result

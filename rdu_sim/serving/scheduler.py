@@ -74,7 +74,7 @@ from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.handoff import HandOff
-from rdu_sim.serving.kv_pool import kv_pool
+from rdu_sim.serving.kv_pool import PoolBlocks, kv_pool
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import ServingRecords
@@ -217,13 +217,15 @@ class Scheduler(Driven):
         forever: bool = False,
         load: Counters | None = None,
         facts: PromptFacts | None = None,
+        blocks: PoolBlocks | None = None,
     ) -> None:
         """``forever``: serve until the simulation runs out of events (a replica, whose
         requests are not known in advance) instead of stopping after ``len(records)``.
         ``load``: where to keep the outstanding-work counters (``serving.load``; a cluster
         passes a row of its pool's board so a router can read every replica at once).
         ``facts``: the memoised answers about prompts (``serving.prompt_facts``), shared by
-        the servers of one policy and setup; a server alone makes its own."""
+        the servers of one policy and setup; a server alone makes its own. ``blocks``: a
+        cluster replica's prefix cache, whose blocks live in a paged KV pool's pages."""
         self.config = config
         self.policy = policy
         if facts is None:
@@ -241,7 +243,9 @@ class Scheduler(Driven):
         super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
-        self.kv = kv_pool(config.kv_pool, records.counts, config.role)  # an admission's KV
+        # an admission's KV memory (a paged pool shares its pages with ``blocks``, a prefix
+        # cache's: ``serving.kv_pool``)
+        self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks)
         self._series = records.series if records.keeps_series else None  # rows, if kept
         # The per-request arrays as memoryviews of the same memory, taken once (the records'
         # arrays are fixed when they are made): an item read or written through one is a C
@@ -332,7 +336,7 @@ class Scheduler(Driven):
         hand-off asks before it reserves a slot: the pool's pages, as an admission takes
         them); False, nothing taken, otherwise. :meth:`leaves` returns it."""
         prompt, output = self._prompts[request], self._outputs[request]
-        if not self.kv.fits(prompt, output):
+        if not self.kv.fits(request, prompt, output):
             return False
         self.kv.take(request, prompt, output, self.clock.now)
         return True
@@ -355,7 +359,7 @@ class Scheduler(Driven):
         if not queue or not self.kv.bounded or self._chooses:
             return False
         head = queue[0]
-        return not self.kv.fits(self._prompts[head], self._outputs[head])
+        return not self.kv.fits(head, self._prompts[head], self._outputs[head])
 
     def cut(self, start: int, steps: int, step: int, arrival: int) -> int:
         """Steps of a decode run from ``start`` that an arrival at ``arrival`` leaves: when a
@@ -522,7 +526,7 @@ class Scheduler(Driven):
         queue = self.queue
         if queue and self.kv.bounded:
             request = queue[self._admission()]
-            if not self.kv.fits(self._prompts[request], self._outputs[request]):
+            if not self.kv.fits(request, self._prompts[request], self._outputs[request]):
                 return 0
         return len(queue)
 
@@ -546,11 +550,13 @@ class Scheduler(Driven):
             request = queue.popleft()
         slots.admit(slot, request)
         now = self.clock.now
-        self.kv.take(request, self._prompts[request], self._outputs[request], now)
         self._admit_ps[request] = now
         self._slot_of[request] = slot
         prompt = self._prompts[request]
+        # a prefix cache pins the prompt's cached leading blocks first: a paged pool
+        # reserves the rest (``serving.kv_pool``)
         skipped = self.handoff.admitted(request, prompt)
+        self.kv.take(request, prompt, self._outputs[request], now)
         if skipped:  # a prefix cache holds them: the prefill starts past them
             chunk = self.config.prefill_chunk_tokens
             if not 0 < skipped < prompt or (
@@ -580,8 +586,9 @@ class Scheduler(Driven):
         group = fact.pack_bucket
         while queue and slots.occupied < slots.n:
             position = self._admission()
-            prompt = prompts[queue[position]]
-            if not self.kv.fits(prompt, self._outputs[queue[position]]):
+            waiting = queue[position]
+            prompt = prompts[waiting]
+            if not self.kv.fits(waiting, prompt, self._outputs[waiting]):
                 break
             other = self._first_step(prompt).fact
             if other.first_done != prompt:
@@ -623,7 +630,9 @@ class Scheduler(Driven):
         self.counts.tokens_generated += 1
         self.load.add(1)  # the first output token
         output = self._outputs[request]
-        if self.handoff.prefilled(slots, slot, request):
+        sent = self.handoff.prefilled(slots, slot, request)  # (a prefix cache takes its blocks)
+        self.kv.prefilled(request, now)  # (a paged pool's pages they took move to the cache)
+        if sent:
             return  # the slot holds the KV cache until it has left
         if output == 1:
             self.complete(slot, request, now)

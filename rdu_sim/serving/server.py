@@ -28,6 +28,7 @@ from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driver import ArrivalSource, Driver, KnownArrivals
 from rdu_sim.serving.handoff import make_handoff
 from rdu_sim.serving.hooks import ServerHooks
+from rdu_sim.serving.kv_pool import PoolBlocks
 from rdu_sim.serving.load import Counters
 from rdu_sim.serving.prompt_facts import PromptFacts
 from rdu_sim.serving.records import ServingRecords
@@ -91,13 +92,15 @@ class Server:
         facts: PromptFacts | None = None,
         batching: BatchingPolicy | None = None,
         rank: bool = False,
+        blocks: PoolBlocks | None = None,
     ) -> None:
         """The scheduler's arguments (``Scheduler``; ``batching`` instead of the policy the
         config names), and ``arrivals``: the requests of a server alone, which it lands
         itself as its clock passes them. Without them the server is fed by :meth:`submit`
         and :meth:`enqueue`. ``rank``: an attention rank of a replica, whose scheduler is
         driven with the replica's other ranks' (``serving.lockstep``), not by a driver of
-        its own."""
+        its own. ``blocks``: a cluster replica's prefix cache, kept in a paged KV pool's
+        pages (``serving.kv_pool``)."""
         if arrivals is not None and (hooks is not None or forever):
             raise ValueError("a server given its arrivals runs alone, without cluster hooks")
         policies = policies_for(config, records, hooks, speculation, batching)
@@ -113,6 +116,7 @@ class Server:
             forever=forever,
             load=load,
             facts=facts,
+            blocks=blocks,
         )
         self.settles = policies.handoff.settles()  # its driver settles after every step
         self.driver: Driver | None = None  # its own (an attention rank's is its replica's)

@@ -70,9 +70,11 @@ class StepCounts:
         self.decode_steps = 0
         self.decode_runs = 0
         self.tokens_generated = 0
-        # a paged KV pool's (``serving.kv_pool``): the most pages in use at once, and the
-        # pages in use x picoseconds summed over the run (0 and 0 for static slots)
+        # a paged KV pool's (``serving.kv_pool``): the most pages in use at once (requests'
+        # own and cached blocks'), the most its prefix cache's blocks took, and the pages in
+        # use x picoseconds summed over the run (0, 0 and 0 for static slots)
         self.kv_pages_peak = 0
+        self.kv_cached_pages_peak = 0
         self.kv_page_ps = 0
 
 
