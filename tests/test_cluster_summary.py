@@ -113,6 +113,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     for i, row in enumerate(summary.per_replica):  # a decode replica has no prefix cache
         if row.prefix_cache is None:
             del attributes[f"per_replica[{i}].prefix_cache"]
+        else:  # static slots: no eviction for a paged pool's admissions (the key left out)
+            assert attributes.pop(f"per_replica[{i}].prefix_cache.evicted_for_room") is None
         assert row.rank is None and row.of_replica is None  # (no attention ranks: left out)
         del attributes[f"per_replica[{i}].rank"], attributes[f"per_replica[{i}].of_replica"]
     for name, pool in summary.pools.items():  # a replica of one attention rank says nothing
@@ -124,6 +126,7 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
         del attributes[f"pools.{name}.kv_pool"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
     del attributes["lockstep"]
+    assert attributes.pop("prefix_cache.evicted_for_room") is None  # (static slots' cache)
     # the binding SLO half: its fields, and the sentence the report prints
     assert data["slo_binding"] == rounded([v.to_dict() for v in summary.slo_binding])
     assert summary.slo_binding and all(v["sentence"] for v in data["slo_binding"])

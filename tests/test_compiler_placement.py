@@ -446,7 +446,8 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
     """The prefix cache's default size is the HBM the stack leaves its KV cache beside the
     slots' (``StackConfig.kv_room``); with no share set it is all the memory the plan leaves
     free. A paged stack's (vLLM's) lives in its KV pool, the room (vLLM's 10% reserve of
-    all memory not in it) in whole pages: half the pool by default, whole blocks of pages."""
+    all memory not in it) in whole pages: its blocks share the whole pool (at most every
+    page, in whole blocks of pages), and the second number is one block's pages."""
     from types import SimpleNamespace
 
     from rdu_sim.api_cluster import _prefix_blocks
@@ -457,7 +458,7 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
             overrides={"hardware": "dgx-h100", "stack": stack, "serving.batch_slots": 8},
         )
         placement = plan_memory(scenario, 8)
-        prefix = SimpleNamespace(capacity=None, block_tokens=512, pool_share=0.5)
+        prefix = SimpleNamespace(capacity=None, block_tokens=512)
         cluster = SimpleNamespace(config=SimpleNamespace(prefix_cache=prefix))
         pool = SimpleNamespace(role="mixed", scenario=scenario)
         hbm = placement.tiers["hbm"]
@@ -469,5 +470,5 @@ def test_a_prefix_cache_takes_the_kv_caches_room_not_the_stacks_reserve() -> Non
     (vllm, pages), placement, _ = blocks("vllm-2024")
     pool = placement.kv_pool
     assert pool is not None and pool.page_tokens == 16
-    assert vllm == pool.pages // 2 // (512 // 16) > 0
-    assert pages == vllm * 512 // 16 <= pool.pages // 2
+    assert pages == 512 // 16
+    assert vllm == pool.pages // pages > 0

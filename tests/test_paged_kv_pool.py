@@ -217,11 +217,11 @@ def test_a_prefill_server_reserves_its_prompt_and_first_token() -> None:
     assert kv.request_pages(1000, 1500, "decode") == kv.request_pages(1000, 1500) == 40
     prefill, mixed = kv_pool(kv, StepCounts(), "prefill"), kv_pool(kv, StepCounts())
     for request in range(2):
-        assert prefill.fits(1000, 1500)
+        assert prefill.fits(request, 1000, 1500)
         prefill.take(request, 1000, 1500, now=0)
-    assert mixed.fits(1000, 1500) and not prefill.fits(1000, 1500)  # 32 of 40 pages held
+    assert mixed.fits(2, 1000, 1500) and not prefill.fits(2, 1000, 1500)  # 32 of 40 held
     mixed.take(0, 1000, 1500, now=0)
-    assert not mixed.fits(1, 1)
+    assert not mixed.fits(1, 1, 1)
 
 
 def test_compare_times_a_paged_stacks_default_batch_at_what_its_pool_holds(l8: Path) -> None:

@@ -139,45 +139,6 @@ def test_a_decode_replica_holds_no_more_kv_pages_than_its_pool(tmp_path: Path) -
     assert int(held.max()) == data["decode"]["kv_pool"]["peak_pages"]
 
 
-GPU = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
-GPU_DISAGGREGATED = {"pools.prefill.set": GPU, "pools.decode.set": GPU}
-
-
-@pytest.mark.parametrize(
-    ("setting", "blocks"),
-    [(None, 467), (("capacity", "8 GiB"), 128), (("pool_share", 0.25), 233)],
-)
-def test_a_paged_pools_prefix_cache_is_set_aside_from_its_pool(
-    setting: tuple[str, object] | None, blocks: int
-) -> None:
-    """The paged pool took the whole KV room, so the prefix cache (sized by the HBM beside
-    the slots) silently got 0 blocks and an explicit capacity was refused. It now lives in
-    the pool, as vLLM's and TensorRT-LLM's cached blocks do: prefix_cache.pool_share of it
-    (half by default), or prefix_cache.capacity; its pages leave admissions' pool, and
-    pool plus prefix pages stay within the KV room."""
-    overrides: dict[str, object] = dict(GPU_DISAGGREGATED)
-    if setting is not None:
-        overrides[f"prefix_cache.{setting[0]}"] = setting[1]
-    result = run_cluster("llama3.1-8b-disaggregated", overrides)
-    prefill = next(p for p in result.pools if p.pool.name == "prefill")
-    whole, admitting = prefill.placement.kv_pool, prefill.runtime.config.kv_pool
-    assert whole is not None and admitting is not None
-    assert prefill.runtime.prefix_blocks == blocks
-    per_block = 512 // whole.page_tokens  # a 512-token block in 64-token pages
-    assert admitting.pages + blocks * per_block == whole.pages
-    hbm = prefill.placement.tiers["hbm"]
-    room = prefill.pool.scenario.stack.kv_room(
-        hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes
-    )
-    assert (admitting.pages + blocks * per_block) * whole.page_bytes <= room
-    data = result.to_dict()
-    assert data["prefix_cache"]["prefill_tokens_skipped"] > 300_000
-    assert data["pools"]["prefill"]["kv_pool"]["pages"] == admitting.pages
-    decode = next(p for p in result.pools if p.pool.name == "decode")
-    assert decode.runtime.prefix_blocks == 0  # a decode replica keeps its whole pool
-    assert decode.runtime.config.kv_pool == decode.placement.kv_pool
-
-
 def test_an_arrival_behind_a_head_waiting_for_pages_does_not_cut_a_decode_run(
     tmp_path: Path,
 ) -> None:

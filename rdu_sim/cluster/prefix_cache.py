@@ -14,13 +14,14 @@ Capacity is a number of blocks (``api_cluster`` turns HBM bytes into blocks).
 Static slots: the cache has HBM of its own beside the slots, ``capacity`` blocks. A paged KV
 pool: the blocks live in the pool's pages (``serving.kv_pool`` states how a request's pages
 and the cached blocks relate), ``capacity`` is at most the pool (or an optional cap), and the
-pool evicts idle blocks for an admission's pages (:meth:`PrefixCache.evict_for_room`).
+pool evicts idle blocks for an admission's pages (:meth:`PrefixCache.evict_for_room`),
+seeing the cache as :class:`PooledBlocks`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rdu_sim.cluster.prefix_index import PrefixIndex
 
@@ -145,3 +146,36 @@ class PrefixCache:
         if self._index is not None:
             self._index.remove(block, self._member)
         return True
+
+
+class PooledBlocks:
+    """A prefix cache as the paged KV pool holding its blocks sees it
+    (``serving.kv_pool.PoolBlocks``): blocks of ``block_pages`` pages each, and
+    ``blocks_of(request)``, the hashes of the request's prompt blocks the cache may share."""
+
+    def __init__(
+        self, cache: PrefixCache, block_pages: int, blocks_of: Callable[[int], Sequence[int]]
+    ) -> None:
+        self.cache = cache
+        self.block_pages = block_pages
+        self.blocks_of = blocks_of
+
+    def sharable(self, request: int) -> tuple[int, int]:
+        """The cached leading blocks ``request``'s admission would pin, and the idle ones."""
+        return self.cache.would_pin(self.blocks_of(request))
+
+    def pinned(self, request: int) -> int:
+        """Blocks ``request`` pins."""
+        return self.cache.pinned(request)
+
+    def cached(self) -> int:
+        """Blocks cached."""
+        return len(self.cache)
+
+    def idle(self) -> int:
+        """Cached blocks no request pins."""
+        return self.cache.idle
+
+    def evict(self) -> None:
+        """Evict the least recently used idle block for an admission's pages."""
+        self.cache.evict_for_room()

@@ -3,8 +3,8 @@
 The replica is the server's ``hooks`` (``serving.hooks``): it looks the prompt up in its
 prefix cache when a slot is given (cached blocks skip prefill work), caches the prompt's
 blocks when the prefill ends, and, on a prefill replica, hands the request to the cluster
-for decoding elsewhere. On a paged KV pool it is also the pool's view of the cache
-(``serving.kv_pool.PoolBlocks``): the cached blocks live in the pool's pages. A mixed
+for decoding elsewhere. On a paged KV pool the cache's blocks live in the pool's pages
+(``cluster.prefix_cache.PooledBlocks``: what the pool sees of the cache). A mixed
 replica without a prefix cache has nothing to do there: its server runs without hooks
 (three calls fewer a request). A router reads its load (``serving.load``) from its pool's
 board (``load_board``), and what its cache holds for a request from its group's prefix
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from simpy.events import Event
 
-from rdu_sim.cluster.prefix_cache import PrefixCache
+from rdu_sim.cluster.prefix_cache import PooledBlocks, PrefixCache
 from rdu_sim.cluster.prefix_index import PrefixIndex
 from rdu_sim.cluster.records import ClusterRecords
 from rdu_sim.des.timeline import Loop
@@ -125,7 +125,12 @@ class Replica:
         )
         self.cache = StepCache(runtime.step_times)
         self.records = records
+        # a block's pages in its paged KV pool, whose pages the cache shares (0: static
+        # slots, or no cache), and the cache as that pool sees it
         self.block_pages = runtime.block_pages if self.prefix is not None else 0
+        blocks = None
+        if self.prefix is not None and self.block_pages:
+            blocks = PooledBlocks(self.prefix, self.block_pages, self.shared_blocks)
         self.server = Server(
             cluster.loop,
             runtime.config,
@@ -138,7 +143,7 @@ class Replica:
             load=load,
             facts=runtime.facts,
             rank=runtime.ranks > 1,
-            blocks=self if self.block_pages else None,
+            blocks=blocks,
         )
         self.taken = 0  # requests routed here
 
@@ -169,32 +174,6 @@ class Replica:
         """Unpin the request's cached blocks."""
         if self.prefix is not None:
             self.prefix.release(request)
-
-    # --- a paged KV pool's view of the cache (``serving.kv_pool.PoolBlocks``) -------------------
-    def sharable(self, request: int) -> tuple[int, int]:
-        """The cached leading blocks ``request``'s admission would pin, and the idle ones."""
-        assert self.prefix is not None
-        return self.prefix.would_pin(self.shared_blocks(request))
-
-    def pinned(self, request: int) -> int:
-        """Blocks ``request`` pins."""
-        assert self.prefix is not None
-        return self.prefix.pinned(request)
-
-    def cached(self) -> int:
-        """Blocks cached."""
-        assert self.prefix is not None
-        return len(self.prefix)
-
-    def idle(self) -> int:
-        """Cached blocks no request pins."""
-        assert self.prefix is not None
-        return self.prefix.idle
-
-    def evict(self) -> None:
-        """Evict the least recently used idle block for an admission's pages."""
-        assert self.prefix is not None
-        self.prefix.evict_for_room()
 
     # --- what the hooks and a router ask ---------------------------------------------------
     def shared_blocks(self, request: int) -> Sequence[int]:
