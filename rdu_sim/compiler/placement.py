@@ -77,6 +77,7 @@ from rdu_sim.speculation import (
     rollback_tokens,
     shared_draft,
     shared_weights,
+    target_prompt,
     verify_tokens,
 )
 
@@ -307,8 +308,9 @@ def page_bytes(scenario: Scenario, stage: PipelineStage | None = None) -> int:
 
 def smallest_request_pages(scenario: Scenario) -> int:
     """Pages the workload's smallest possible request reserves (`kv.paged.reserved_pages`:
-    its distributions' least prompt and output; a trace's, one token each): the most
-    sequences a paged pool can hold at once is its pages over these."""
+    its distributions' least prompt and output; a trace's, one token each; of the prompt,
+    the tokens the target caches, `speculation.target_prompt`, as the scheduler reserves
+    them): the most sequences a paged pool can hold at once is its pages over these."""
     page = scenario.stack.kv_page_tokens
     assert page is not None, "a reservation is a paged stack's"
     serving = scenario.workload.serving
@@ -320,7 +322,17 @@ def smallest_request_pages(scenario: Scenario) -> int:
     output = 1 if serving.trace is not None else least(serving.output_tokens)
     prompt = max(1, min(prompt, serving.max_context - 1))
     output = max(1, min(output, serving.max_context - prompt))
-    return reserved_pages(prompt, output, slot_tokens(scenario), page, rollback_tokens(scenario))
+    cached = target_prompt(scenario.workload.speculation, prompt)
+    return reserved_pages(cached, output, slot_tokens(scenario), page, rollback_tokens(scenario))
+
+
+def reserved_words(scenario: Scenario) -> str:
+    """What a request reserves of a paged pool, in words: its prompt and output tokens, or
+    under speculative prefill the prompt tokens the target keeps (`smallest_request_pages`)."""
+    spec = scenario.workload.speculation
+    if spec is None or spec.prefill is None:
+        return "prompt and output tokens"
+    return "kept prompt tokens (speculative prefill) and output tokens"
 
 
 def pool_pages(
@@ -735,7 +747,7 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
         beside = (
             f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
             f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
-            "each request reserves its prompt and output tokens at admission)"
+            f"each request reserves its {reserved_words(scenario)} at admission)"
         )
     if not holds:
         fit = f"not even one fits {beside}"

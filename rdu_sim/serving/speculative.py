@@ -44,7 +44,7 @@ from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import DECODING, Slots
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
 from rdu_sim.shapes import DecodeRows, StepShape
-from rdu_sim.speculation import DRAFT_CATCH_UP, kept_tokens
+from rdu_sim.speculation import DRAFT_CATCH_UP, target_prompt
 
 _NO_ROUNDS = np.zeros(0, dtype=np.int64)
 
@@ -248,11 +248,9 @@ class Speculation:
 
     # --- speculative prefill ----------------------------------------------------------------
     def target_prompt(self, prompt: int) -> int:
-        """Prompt tokens the target prefills (all of them without speculative prefill)."""
-        prefill = self.config.prefill
-        if prefill is None:
-            return prompt
-        return kept_tokens(prompt, prefill.keep_ratio, prefill.chunk_tokens)
+        """Prompt tokens the target prefills (all of them without speculative prefill:
+        ``speculation.target_prompt``)."""
+        return target_prompt(self.config, prompt)
 
     def selection_shapes(self, prompt: int) -> list[StepShape]:
         """The draft's steps scoring a prompt: its prefill of the whole prompt (no KV
