@@ -739,6 +739,8 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
     that it runs them as if the stack did (`_unrunnable_words`)."""
     stack = scenario.stack
+    if scenario.workload.coe is not None:
+        return _coe_words(scenario, holds, runs, slots)
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
     beside = "beside the weights" + stack.kv_share_words()
@@ -760,15 +762,9 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
             "instead of gathering them"
         )
     else:
-        limit = stack.batch_limit(holds)
-        why = (
-            f"max_batch_slots: {stack.max_batch_slots}"
-            if limit == "max_batch_slots"
-            else f"batch_programs: {stack.batch_programs}"
-        )
         fit = (
             f"at most {holds} fit {beside}; {picks} {runs}, the most of them the stack runs "
-            f"(its {why})"
+            f"(its {_limit_words(scenario, holds)})"
         )
     if not explicit or slots is None:
         return fit
@@ -776,6 +772,32 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
         f"serving.batch_slots sets {slots}; {fit}"
         f"{_beyond_words(scenario, holds, slots)}{_unrunnable_words(scenario, slots)}"
     )
+
+
+def _limit_words(scenario: Scenario, holds: int) -> str:
+    """Which of the stack's fields bounds the batch below the ``holds`` that fit
+    (`StackConfig.batch_limit`), with its value."""
+    stack = scenario.stack
+    if stack.batch_limit(holds) == "max_batch_slots":
+        return f"max_batch_slots: {stack.max_batch_slots}"
+    return f"batch_programs: {stack.batch_programs}"
+
+
+def _coe_words(scenario: Scenario, holds: int, runs: int, slots: int | None) -> str:
+    """`capacity_words` for a Composition of Experts (``serving.coe``): its slots' KV cache
+    shares HBM with the router and the expert region, so ``holds`` counts the slots that
+    leave the region one expert (``coe_room``), and more are refused, not spilled; it names
+    its slots (``auto`` is refused at load)."""
+    fit = (
+        f"at most {holds} fit beside the router's weights{scenario.stack.kv_share_words()} "
+        "with room left for one expert in the HBM region (a Composition of Experts names its "
+        "slots: no 'auto')"
+    )
+    if runs < holds:
+        fit += f"; the stack runs at most {runs} of them (its {_limit_words(scenario, holds)})"
+    if slots is None:
+        return fit
+    return f"serving.batch_slots sets {slots}; {fit}{_unrunnable_words(scenario, slots)}"
 
 
 def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:

@@ -199,7 +199,7 @@ def serve_scenario(
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
     placement = with_sram(placement, peak_sram(cache))
     # a Composition of Experts counts its own room (slots beside one cached expert)
-    holds = capacity if coe is not None else backend.memory_capacity(scenario)
+    holds = coe_plan.room if coe_plan is not None else backend.memory_capacity(scenario)
     return ServingRun(
         scenario,
         capacity,
