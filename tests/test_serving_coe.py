@@ -266,6 +266,20 @@ def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, 
     assert field in message and words in message
 
 
+def test_a_paged_stack_under_a_coe_is_refused_naming_the_field() -> None:
+    """A CoE plans static slots beside its expert region; a paged KV pool for it is not
+    modelled, so a stack with ``kv_page_tokens`` is refused (one error line, exit 2), not
+    run as static slots under a capacity line that describes a pool."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(COE, {"stack.kv_page_tokens": 64})
+    message = str(info.value)
+    assert "stack.kv_page_tokens: 64 pages the KV cache of stack 'sambastack-2025'" in message
+    assert "a paged KV pool for it is not modelled" in message
+    result = CliRunner().invoke(cli, ["run", str(COE), "--set", "stack.kv_page_tokens=64"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: ") and "stack.kv_page_tokens" in result.stderr
+
+
 def test_no_room_for_an_expert_is_a_capacity_error() -> None:
     from rdu_sim.compiler import CapacityError
 
