@@ -203,3 +203,25 @@ def test_a_request_whose_kept_tokens_fit_the_pool_is_not_refused() -> None:
         check_pool(
             load_scenario(SPECDEC, {**PAGED_PREFILL, "speculation": None}), pool, prompts, outputs
         )
+
+
+def test_a_shared_drafts_kv_on_a_paged_stack_is_its_share_of_every_page() -> None:
+    """On a paged stack each page holds the draft's KV beside the target's (64 tokens x
+    (40,960 + 4,096) B on each of 8 GPUs: 70B's and 1B's bf16 KV per token over tp 8), so
+    the draft's KV is the pool's pages x 64 x 4,096 B, not 0, and the plan's two KV tensors
+    add up to the pool."""
+    from rdu_sim import api
+    from rdu_sim.compiler.placement import DRAFT_PREFIX
+
+    run = api.run(SPECDEC, {"hardware": "dgx-h100", "parallelism.tp": 8, "serving.requests": 2})
+    pool = run.placement.kv_pool
+    assert pool is not None and pool.page_bytes == 64 * (40_960 + 4_096)
+    spec = run.summary().speculation
+    assert spec is not None
+    assert spec.draft_memory.kv_bytes == pool.pages * 64 * 4_096
+    kv = {t.name: t.bytes for t in run.placement.tensors if t.kind == "kv"}
+    assert kv == {
+        "kv_cache": pool.pages * 64 * 40_960,
+        f"{DRAFT_PREFIX}kv_cache": pool.pages * 64 * 4_096,
+    }
+    assert sum(kv.values()) == run.placement.tiers["hbm"].kv_bytes == pool.pages * pool.page_bytes

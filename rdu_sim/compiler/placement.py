@@ -299,11 +299,18 @@ def page_bytes(scenario: Scenario, stage: PipelineStage | None = None) -> int:
     beside it."""
     page = scenario.stack.kv_page_tokens
     assert page is not None, "a page is a paged stack's"
-    own = kv_slot_bytes_per_socket(scenario, page, stage)
+    return kv_slot_bytes_per_socket(scenario, page, stage) + draft_page_bytes(scenario)
+
+
+def draft_page_bytes(scenario: Scenario) -> int:
+    """A shared drafter's share of one page of a paged KV cache on one socket: its KV of
+    the page's tokens (speculative decoding; 0 without a shared draft, as `draft_kv_bytes`)."""
+    page = scenario.stack.kv_page_tokens
+    assert page is not None, "a page is a paged stack's"
     draft = shared_draft(scenario)
-    if draft is not None and verify_tokens(scenario) > 1:
-        own += kv_slot_bytes_per_socket(draft, page)
-    return own
+    if draft is None or verify_tokens(scenario) == 1:
+        return 0
+    return kv_slot_bytes_per_socket(draft, page)
 
 
 def smallest_request_pages(scenario: Scenario) -> int:
@@ -639,7 +646,12 @@ def plan_memory(
             slot_tokens(scenario),
         )
     room = hbm_cap - act - kv
-    draft_kv = 0 if pool is not None else draft_kv_bytes(scenario, batch_slots)
+    # a shared draft's KV: its slots, or its share of every page of the pool
+    draft_kv = (
+        draft_kv_bytes(scenario, batch_slots)
+        if pool is None
+        else pool.pages * draft_page_bytes(scenario)
+    )
     tensors: list[TensorPlacement] = [
         TensorPlacement("kv_cache", "kv", "hbm", kv - draft_kv),
         *([TensorPlacement(f"{DRAFT_PREFIX}kv_cache", "kv", "hbm", draft_kv)] if draft_kv else []),
