@@ -751,8 +751,6 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
     that it runs them as if the stack did (`_unrunnable_words`)."""
     stack = scenario.stack
-    if scenario.workload.coe is not None:
-        return _coe_words(scenario, holds, runs, slots)
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
     beside = "beside the weights" + stack.kv_share_words()
@@ -795,11 +793,11 @@ def _limit_words(scenario: Scenario, holds: int) -> str:
     return f"batch_programs: {stack.batch_programs}"
 
 
-def _coe_words(scenario: Scenario, holds: int, runs: int, slots: int | None) -> str:
-    """`capacity_words` for a Composition of Experts (``serving.coe``): its slots' KV cache
-    shares HBM with the router and the expert region, so ``holds`` counts the slots that
-    leave the region one expert (``coe_room``), and more are refused, not spilled; it names
-    its slots (``auto`` is refused at load)."""
+def coe_capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None) -> str:
+    """`capacity_words` for a Composition of Experts (``serving.coe``, whose plan is not the
+    compiler's): its slots' KV cache shares HBM with the router and the expert region, so
+    ``holds`` counts the slots that leave the region one expert (``coe_room``), and more
+    are refused, not spilled; it names its slots (``auto`` is refused at load)."""
     fit = (
         f"at most {holds} fit beside the router's weights{scenario.stack.kv_share_words()} "
         "with room left for one expert in the HBM region (a Composition of Experts names its "
