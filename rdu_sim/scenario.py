@@ -384,16 +384,26 @@ def coe_router(workload: WorkloadConfig, workload_file: str, lines: LineMap) -> 
 def _check_coe(
     workload: WorkloadConfig,
     hardware: Hardware,
+    stack: StackConfig,
     file: str,
     lines: LineMap,
     fail: Callable[[str, str], ConfigError],
 ) -> None:
-    """A Composition of Experts needs SN40L's DDR, a known router model whose heads the TP
-    degree divides, and a number of batch slots (they share HBM with the expert region)."""
+    """A Composition of Experts needs SN40L's DDR, static slots (its plan sizes their KV
+    cache beside the expert region: a paged pool for it is not modelled), a known router
+    model whose heads the TP degree divides, and a number of batch slots (they share HBM
+    with the expert region)."""
     coe = workload.coe
     assert coe is not None
     if hardware.kind == "gpu":
         raise fail("coe", "a Composition of Experts keeps its experts in DDR; a GPU has none")
+    if stack.kv_page_tokens is not None:
+        raise fail(
+            "stack.kv_page_tokens",
+            f"{stack.kv_page_tokens} pages the KV cache of stack {stack.name!r}, but a "
+            "Composition of Experts plans static slots beside its expert region (serving.coe) "
+            "and a paged KV pool for it is not modelled; leave kv_page_tokens unset (null)",
+        )
     router = coe_router(workload, file, lines)
     if router.heads % workload.parallelism.tp:
         raise fail(
@@ -450,7 +460,7 @@ def _cross_check(
             "(use hbm, or an SN40L hardware file)",
         )
     if workload.coe is not None:
-        _check_coe(workload, hardware, file, lines, fail)
+        _check_coe(workload, hardware, stack, file, lines, fail)
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:

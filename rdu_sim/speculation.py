@@ -16,13 +16,16 @@ A workload's ``speculation`` section (``config.workload.SpeculationConfig``) mak
 - a shared draft (``placement: shared``) lives in the target's memory plan and runs on its
   sockets; a separate one has its own (``shared_draft``); a draft that shares the target's
   embedding table and LM head holds neither again (``shared_weights``);
-- speculative prefill keeps whole chunks of the prompt (``kept_tokens``).
+- speculative prefill keeps whole chunks of the prompt (``kept_tokens``), and the target
+  caches only them (``target_prompt``): what a request reserves of a paged KV pool, which
+  the compiler's capacity, ``check_pool`` and the scheduler all count.
 """
 
 from __future__ import annotations
 
 import math
 
+from rdu_sim.config.workload import SpeculationConfig
 from rdu_sim.scenario import Scenario
 
 DRAFT_CATCH_UP = 2
@@ -74,3 +77,13 @@ def kept_tokens(prompt: int, keep_ratio: float, chunk_tokens: int) -> int:
     rule's alone."""
     wanted = math.ceil(prompt * keep_ratio - 1e-9)  # 1e-9: 0.3 x 320 is 96, not 97
     return min(prompt, max(1, -(-wanted // chunk_tokens)) * chunk_tokens)
+
+
+def target_prompt(spec: SpeculationConfig | None, prompt: int) -> int:
+    """Prompt tokens the target prefills and caches of a ``prompt``-token prompt under a
+    workload's ``speculation`` (``spec``): the kept tokens under speculative prefill
+    (``kept_tokens``), else all of them."""
+    prefill = spec.prefill if spec is not None else None
+    if prefill is None:
+        return prompt
+    return kept_tokens(prompt, prefill.keep_ratio, prefill.chunk_tokens)

@@ -296,7 +296,10 @@ def test_speculative_rounds_keep_their_own_steps() -> None:
     assert DecodeRounds().ride_prefill() and not DecodeRounds().per_sequence()
     assert DecodeRounds("ladder").per_sequence() and not DecodeRounds("programs").per_sequence()
     assert SpeculativeRounds.ride_prefill is not DecodeRounds.ride_prefill
-    assert SpeculativeRounds.per_sequence is not DecodeRounds.per_sequence
+    # a round runs the rows plain decoding's step would, reading pages as it does: the one
+    # rule, not a copy (tests/test_speculation_serving.py times them against a reference)
+    assert SpeculativeRounds.per_sequence is DecodeRounds.per_sequence
+    assert SpeculativeRounds._batch is DecodeRounds._batch
 
 
 # --- the stacks that mix -------------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_a_pipeline_hand_off_estimate_crosses_the_node_port_too(network: str) ->
 
 def test_a_separate_draft_in_another_node_sends_through_the_node_port() -> None:
     # the draft's token ids cross to the target's node: at the slower of the two ports
-    from rdu_sim.serving.run import draft_link_ps
+    from rdu_sim.serving.run import draft_link
 
     path = "workloads/speculative/llama3.1-70b-16socket-specdec.yaml"
     sets = {
@@ -257,8 +257,8 @@ def test_a_separate_draft_in_another_node_sends_through_the_node_port() -> None:
     sent = 16 * (k + 2) * 4  # 16 slots' k ids out, two back, 4-byte ids
     latency = 2 * system.inter_node_link.latency
     node, network = system.intra_node_link.bandwidth, system.inter_node_link.bandwidth
-    assert draft_link_ps(shared, 16) == round((latency + sent / node) * 1e12)
-    assert draft_link_ps(own, 16) == round((latency + sent / network) * 1e12)
+    assert draft_link(shared).round_ps(16) == round((latency + sent / node) * 1e12)
+    assert draft_link(own).round_ps(16) == round((latency + sent / network) * 1e12)
 
 
 def test_the_in_node_port_to_the_network_needs_a_switch() -> None:

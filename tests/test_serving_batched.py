@@ -19,12 +19,12 @@ import pytest
 from rdu_sim.config.workload import KVConfig, ServingConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.serving.buckets import prompt_bucket
+from rdu_sim.serving.buckets import decode_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, make_requests
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 
 
 def serving_config(**data: Any) -> ServingConfig:
@@ -52,7 +52,7 @@ class ReferenceDraft:
     prefill step's time given the target's, the time before a request's first prefill step,
     and the prompt tokens the target prefills."""
 
-    decode_ps: Callable[[int], int]
+    decode_ps: Callable[[int, int], int]  # (rows, bucket) -> a round's time
     tokens: Callable[[int, int], int]
     prefill_ps: Callable[[StepShape, int], int]
     admission_ps: Callable[[int], int]
@@ -69,10 +69,15 @@ def reference_serve(
     chunk: int | None = None,
     skipped: dict[int, int] | None = None,
     draft: ReferenceDraft | None = None,
+    rows: DecodeRows = "slots",
 ) -> dict[str, np.ndarray]:
     """Per-request arrival/admit/first-token/finish times (ps), stepping one step at a time.
     ``skipped``: prompt tokens a prefix cache spares each request (prefill starts past them);
-    ``draft``: a speculating server's steps."""
+    ``draft``: a speculating server's steps; ``rows``: the stack's decode-rows rule (a
+    paged stack's ``ladder`` also reads each sequence's pages, its decode bucket the mean
+    cache's, and prefills unpadded prompts; unchunked only here)."""
+    paged = batches_live(rows)
+    assert not paged or chunk is None
     n = len(requests)
     prompt = requests.prompt_tokens.tolist()
     if draft is not None:
@@ -160,7 +165,7 @@ def reference_serve(
                 shape = StepShape(
                     "prefill",
                     1,
-                    prompt_bucket(prompt[r] - cached, max_context - cached),
+                    prompt_bucket(prompt[r] - cached, max_context - cached, paged),
                     cached,
                     select=compresses,
                 )
@@ -175,12 +180,14 @@ def reference_serve(
                 if output[r] == 1:
                     complete(slot)
         else:
-            longest = max(policy.cache_at(prompt[req[s]], generated[s]) for s in decoding)
-            bucket = policy.decode_bucket(longest)
+            caches = [policy.cache_at(prompt[req[s]], generated[s]) for s in decoding]
+            read = -(-sum(caches) // len(caches)) if paged else max(caches)
+            bucket = policy.decode_bucket(read)
+            batch = decode_rows(rows, len(decoding), slots)
             if draft is None:
-                t += cache.step_ps(StepShape("decode", slots, 1, bucket))
+                t += cache.step_ps(StepShape("decode", batch, 1, bucket))
             else:
-                t += draft.decode_ps(bucket)
+                t += draft.decode_ps(batch, bucket)
             last_prefill = False
             flagged = [False] * slots
             for s in decoding:

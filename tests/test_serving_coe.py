@@ -266,6 +266,20 @@ def test_bad_coe_settings_name_the_field(overrides: dict[str, Any], field: str, 
     assert field in message and words in message
 
 
+def test_a_paged_stack_under_a_coe_is_refused_naming_the_field() -> None:
+    """A CoE plans static slots beside its expert region; a paged KV pool for it is not
+    modelled, so a stack with ``kv_page_tokens`` is refused (one error line, exit 2), not
+    run as static slots under a capacity line that describes a pool."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(COE, {"stack.kv_page_tokens": 64})
+    message = str(info.value)
+    assert "stack.kv_page_tokens: 64 pages the KV cache of stack 'sambastack-2025'" in message
+    assert "a paged KV pool for it is not modelled" in message
+    result = CliRunner().invoke(cli, ["run", str(COE), "--set", "stack.kv_page_tokens=64"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: ") and "stack.kv_page_tokens" in result.stderr
+
+
 def test_no_room_for_an_expert_is_a_capacity_error() -> None:
     from rdu_sim.compiler import CapacityError
 
@@ -299,7 +313,7 @@ def test_rdu_sim_run_prints_the_switching_in_its_text_report() -> None:
     assert f"stall waiting for copies │ {human.duration(coe.switch_stall_s)}" in text
     assert "bounded: a turn admits for 2 s while others wait" in text
     assert (  # the header's room for more slots is a trade against cached experts
-        f"{summary.batch_slots} batch slots (room for {summary.batch_capacity} with one expert "
+        f"{summary.batch_slots} batch slots (room for {summary.memory_capacity} with one expert "
         f"cached in HBM; these slots leave room for {coe.region_experts} of the 150 experts)"
     ) in text
 
@@ -435,6 +449,31 @@ def test_room_for_counts_the_slots_that_leave_one_expert_in_hbm() -> None:
     runs = 1 << (capacity.bit_length() - 1)
     assert coe_capacity(shipped, router_scenario(shipped, scenario.workload.coe)) == runs
     assert _run()["batch_capacity"] == runs
+
+
+def test_the_capacity_line_says_what_a_coe_holds_and_runs() -> None:
+    """448 slots fit beside the router and one expert (the room is 475: one more and no
+    expert fits; 512 are refused), so the line says 475 fit, that the stack's programs run
+    at most 256 and 448 as if compiled, and neither that 'auto' would pick a count (a CoE
+    refuses it) nor that slots beyond the room spill weights to DDR (none do)."""
+    from rdu_sim.compiler import CapacityError
+    from rdu_sim.serving.coe import coe_room, region_experts, router_scenario
+
+    scenario = load_scenario(COE, {"serving.batch_slots": 448})
+    assert scenario.workload.coe is not None
+    router = router_scenario(scenario, scenario.workload.coe)
+    room = coe_room(scenario, router)
+    assert room == 475 and region_experts(scenario, router, room) == 1
+    with pytest.raises(CapacityError, match="no expert fits"):
+        region_experts(scenario, router, room + 1)
+    summary = api.run(COE, {"serving.batch_slots": 448, "serving.requests": 4}).summary()
+    assert (summary.batch_capacity, summary.memory_capacity) == (256, 475)
+    assert summary.capacity == (
+        "serving.batch_slots sets 448; at most 475 fit beside the router's weights with room "
+        "left for one expert in the HBM region (a Composition of Experts names its slots: no "
+        "'auto'); the stack runs at most 256 of them (its batch_programs: powers_of_two); the "
+        "stack has no 448-slot program, so it runs 448 as if one were compiled for it"
+    )
 
 
 def _workload(tmp_path: Path, *edits: tuple[str, str]) -> Path:

@@ -148,3 +148,80 @@ def test_an_mtp_draft_holds_one_block_and_reads_the_targets_embeddings() -> None
     target = sum(w.bytes for w in weight_inventory(mtp))
     assert plan_memory(mtp, 1).tiers["hbm"].weights_bytes == target + sum(shared.values())
     assert batch_capacity(mtp) > batch_capacity(own)
+
+
+PAGED_PREFILL = {
+    "hardware": "dgx-h100",
+    "parallelism.tp": 8,
+    "serving.prompt_tokens": 4096,
+    "serving.output_tokens": 64,
+    "speculation.decoding": None,
+    "speculation.prefill.keep_ratio": 0.25,
+    "speculation.prefill.chunk_tokens": 32,
+    "speculation.prefill.look_ahead": 8,
+}
+"""Speculative prefill on TensorRT-LLM (a paged KV pool of 64-token pages): the target keeps
+1,024 of each 4,096-token prompt."""
+
+
+def test_a_paged_pool_counts_the_prompt_tokens_the_target_keeps() -> None:
+    """A request reserves its kept prompt tokens and its output (1,088 tokens: 17 pages),
+    as the scheduler reserves them, not its whole prompt (4,160: 65 pages): the capacity,
+    what ``auto`` picks and the report's smallest request all count 17."""
+    from rdu_sim import api
+    from rdu_sim.compiler.placement import smallest_request_pages
+
+    sets = {**PAGED_PREFILL, "serving.batch_slots": "auto", "serving.requests": 4}
+    scenario = load_scenario(SPECDEC, sets)
+    assert smallest_request_pages(scenario) == 17
+    assert smallest_request_pages(load_scenario(SPECDEC, {**sets, "speculation": None})) == 65
+    run = api.run(SPECDEC, sets)
+    summary = run.summary()
+    pool = summary.kv_pool
+    assert pool is not None and pool.smallest_request_pages == 17
+    assert summary.batch_slots == summary.batch_capacity == pool.pages // 17 > 1000
+    assert "(17 pages of 64 tokens; each request reserves its kept prompt tokens" in (
+        summary.capacity
+    )
+    # the scheduler reserved exactly that: the 4 requests together at the peak
+    assert pool.peak_pages == 4 * 17
+
+
+def test_a_request_whose_kept_tokens_fit_the_pool_is_not_refused() -> None:
+    """``check_pool`` holds a request's kept prompt against the pool, as the scheduler
+    admits it: 17 pages fit a pool of 20, which the whole prompt's 65 would not."""
+    import numpy as np
+
+    from rdu_sim.config.errors import ConfigError
+    from rdu_sim.kv.paged import PagedKV
+    from rdu_sim.serving.limits import check_pool
+
+    pool = PagedKV(page_tokens=64, pages=20, slot_tokens=131072)
+    prompts, outputs = np.array([4096, 4000]), np.array([64, 64])
+    check_pool(load_scenario(SPECDEC, PAGED_PREFILL), pool, prompts, outputs)
+    with pytest.raises(ConfigError, match=r"2 of 2 requests reserve more KV pages.* 65 pages"):
+        check_pool(
+            load_scenario(SPECDEC, {**PAGED_PREFILL, "speculation": None}), pool, prompts, outputs
+        )
+
+
+def test_a_shared_drafts_kv_on_a_paged_stack_is_its_share_of_every_page() -> None:
+    """On a paged stack each page holds the draft's KV beside the target's (64 tokens x
+    (40,960 + 4,096) B on each of 8 GPUs: 70B's and 1B's bf16 KV per token over tp 8), so
+    the draft's KV is the pool's pages x 64 x 4,096 B, not 0, and the plan's two KV tensors
+    add up to the pool."""
+    from rdu_sim import api
+    from rdu_sim.compiler.placement import DRAFT_PREFIX
+
+    run = api.run(SPECDEC, {"hardware": "dgx-h100", "parallelism.tp": 8, "serving.requests": 2})
+    pool = run.placement.kv_pool
+    assert pool is not None and pool.page_bytes == 64 * (40_960 + 4_096)
+    spec = run.summary().speculation
+    assert spec is not None
+    assert spec.draft_memory.kv_bytes == pool.pages * 64 * 4_096
+    kv = {t.name: t.bytes for t in run.placement.tensors if t.kind == "kv"}
+    assert kv == {
+        "kv_cache": pool.pages * 64 * 40_960,
+        f"{DRAFT_PREFIX}kv_cache": pool.pages * 64 * 4_096,
+    }
+    assert sum(kv.values()) == run.placement.tiers["hbm"].kv_bytes == pool.pages * pool.page_bytes

@@ -235,7 +235,7 @@ def _round_and_plain_ps(run: RunResult) -> tuple[int, int, int]:
         draft = [StepShape("decode", n, DRAFT_CATCH_UP, bucket)]
         draft += [StepShape("decode", n, 1, bucket + k - 1)] * (k - 1)
         one = sum(draft_ps(s) for s in draft) + run.cache.step_ps(shape)
-        round_ps += count * (one + speculation.link_ps)
+        round_ps += count * (one + speculation.link_ps(n))
         plain_ps += count * run.cache.times.timed(StepShape("decode", n, 1, bucket)).step_ps
         rounds += count
     return round_ps, plain_ps, rounds
@@ -293,6 +293,38 @@ def test_the_report_says_what_speculation_did_to_decoding(
     if slower:
         words = f"the draft's steps (llama-3.2-1b) take {human.percent(share)} of a round"
         assert words in " ".join(text.split())
+
+
+PAGED = [
+    "hardware=dgx-h100",
+    "parallelism.tp=8",
+    "serving.arrival.process=poisson",
+    "serving.arrival.rate=0.5",
+    "serving.requests=12",
+    "serving.output_tokens=64",
+]
+"""The 70B workload on TensorRT-LLM (a paged KV cache: a decode step batches the live
+sequences), a few requests at a time."""
+
+
+def test_rounds_on_a_paged_stack_run_the_live_sequences_not_the_slots() -> None:
+    """A paged stack's round runs the rows its plain decode step would (the live sequences
+    up the CUDA-graph ladder, at the bucket of their mean cache), so slots no request holds
+    change nothing: 16 slots and 128 serve every request at the same times, and the plain
+    step the report measures a round against is the one of the same rows."""
+    runs = [api.run(SPECDEC, [*PAGED, f"serving.batch_slots={n}"]) for n in (16, 128)]
+    few, many = (run.records for run in runs)
+    assert few.finish_ps.tolist() == many.finish_ps.tolist()
+    assert few.first_token_ps.tolist() == many.first_token_ps.tolist()
+    for run in runs:
+        verify = [s for s in run.cache.steps if s.phase == "decode"]
+        assert verify and max(s.batch for s in verify) < 16  # the live ones, never the slots
+        decoding = _decoding(run)
+        round_ps, plain_ps, rounds = _round_and_plain_ps(run)
+        assert rounds == decoding.rounds
+        assert decoding.plain_step_s == pytest.approx(plain_ps / rounds / 1e12, rel=1e-12)
+        assert decoding.round_s == pytest.approx(round_ps / rounds / 1e12, rel=1e-12)
+    assert _decoding(runs[0]) == _decoding(runs[1])
 
 
 def _decoding(run: RunResult) -> SpeculativeDecoding:

@@ -34,14 +34,14 @@ from rdu_sim.serving.acceptance import (
     request_rounds,
     tokens_variance,
 )
-from rdu_sim.serving.buckets import prefill_steps, prompt_bucket
+from rdu_sim.serving.buckets import decode_rows, prefill_steps, prompt_bucket
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.simulate import serve
-from rdu_sim.serving.speculative import Speculation
+from rdu_sim.serving.speculative import DraftLink, Speculation
 from rdu_sim.serving.step_cache import StepCache, StepCost
-from rdu_sim.shapes import StepShape
+from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 from rdu_sim.speculation import kept_tokens
 
 MAX_CONTEXT = 4096
@@ -58,10 +58,19 @@ def speculation_config(**data: Any) -> SpeculationConfig:
     return SpeculationConfig.model_validate({"draft": "llama-3.2-1b", **data})
 
 
+LINK = DraftLink(latency_s=2.5e-6, bandwidth=5e9, row_bytes=20)
+"""A separate draft's link (made-up figures)."""
+
+
 def run(
-    case: dict[str, Any], spec: SpeculationConfig, slots: int = 4, requests: int = 40
+    case: dict[str, Any],
+    spec: SpeculationConfig,
+    slots: int = 4,
+    requests: int = 40,
+    rows: DecodeRows = "slots",
 ) -> tuple[RequestSet, ServingRecords, Speculation, StepCache]:
-    """Serve a small workload with a speculating server (formula step times)."""
+    """Serve a small workload with a speculating server (formula step times) whose stack
+    runs ``rows`` rows a decode step (``StackConfig.decode_rows``)."""
     case = dict(case)
     policy = make_policy(
         kv_config(
@@ -89,15 +98,19 @@ def run(
         config=spec,
         draft_cache=StepCache(draft_step),
         policy=policy,
-        batch_slots=slots,
         max_context=MAX_CONTEXT,
         chunk=serving.prefill_chunk_tokens,
         seed=serving.seed,
         rates=rates,
-        link_ps=123_457 if spec.placement == "separate" else 0,
+        link=LINK if spec.placement == "separate" else None,
+        ragged=batches_live(rows),
     )
     config = ServerConfig(
-        slots, MAX_CONTEXT, serving.prefill_priority, serving.prefill_chunk_tokens
+        slots,
+        MAX_CONTEXT,
+        serving.prefill_priority,
+        serving.prefill_chunk_tokens,
+        decode_rows=rows,
     )
     records = serve(request_set, policy, target, config, speculation=speculation)
     return request_set, records, speculation, target
@@ -113,13 +126,14 @@ def reference_draft(
     k = decoding.draft_tokens if decoding is not None else 0
     separate = spec.placement == "separate"
 
-    def decode_ps(bucket: int) -> int:
+    def decode_ps(rows: int, bucket: int) -> int:
         if decoding is None:
-            return target.step_ps(StepShape("decode", slots, 1, bucket))
-        first = draft.step_ps(StepShape("decode", slots, 2, bucket))
-        rest = (k - 1) * draft.step_ps(StepShape("decode", slots, 1, bucket + k - 1))
-        verify = target.step_ps(StepShape("decode", slots, k + 1, bucket))
-        return first + rest + speculation.link_ps + verify
+            return target.step_ps(StepShape("decode", rows, 1, bucket))
+        first = draft.step_ps(StepShape("decode", rows, 2, bucket))
+        rest = (k - 1) * draft.step_ps(StepShape("decode", rows, 1, bucket + k - 1))
+        verify = target.step_ps(StepShape("decode", rows, k + 1, bucket))
+        link = round((2 * 2.5e-6 + rows * 20 / 5e9) * 1e12) if separate else 0
+        return first + rest + link + verify
 
     increments: dict[int, np.ndarray] = {}
 
@@ -144,9 +158,9 @@ def reference_draft(
         if prefill is None:
             return 0
         prompt = int(requests.prompt_tokens[request])
-        bucket = prompt_bucket(prompt, MAX_CONTEXT)
+        bucket = prompt_bucket(prompt, MAX_CONTEXT, speculation.ragged)
         look = StepShape("decode", 1, 1, bucket + prefill.look_ahead - 1)
-        shapes = prefill_steps(prompt, MAX_CONTEXT, speculation.chunk, False)
+        shapes = prefill_steps(prompt, MAX_CONTEXT, speculation.chunk, False, speculation.ragged)
         mapping = round((prefill.token_mapping or 0.0) * prompt * 1e12)
         return (
             sum(draft.step_ps(s) for s in shapes)
@@ -210,12 +224,11 @@ CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "spec"), CASES, ids=lambda c: str(c)[:60])
-def test_speculating_server_matches_the_round_by_round_reference(
-    case: dict[str, Any], spec: dict[str, Any]
-) -> None:
-    slots = 4
-    requests, records, speculation, target = run(case, speculation_config(**spec), slots)
+def matches_the_reference(
+    case: dict[str, Any], spec: dict[str, Any], slots: int, rows: DecodeRows = "slots"
+) -> tuple[ServingRecords, StepCache]:
+    """Serve ``case`` and check every request's times against ``reference_serve``."""
+    requests, records, speculation, target = run(case, speculation_config(**spec), slots, rows=rows)
     expected = reference_serve(
         requests,
         speculation.policy,
@@ -225,6 +238,7 @@ def test_speculating_server_matches_the_round_by_round_reference(
         case.get("prefill_priority", "prefill_first"),
         case.get("prefill_chunk_tokens"),
         draft=reference_draft(requests, speculation, target, slots),
+        rows=rows,
     )
     np.testing.assert_array_equal(records.arrival_ps, expected["arrival"])
     np.testing.assert_array_equal(records.admit_ps, expected["admit"])
@@ -233,6 +247,39 @@ def test_speculating_server_matches_the_round_by_round_reference(
     # every request emits exactly its tokens; rounds are advanced many at a time
     assert records.tokens_generated == int(requests.output_tokens.sum())
     assert records.decode_runs < records.decode_steps
+    return records, target
+
+
+@pytest.mark.parametrize(("case", "spec"), CASES, ids=lambda c: str(c)[:60])
+def test_speculating_server_matches_the_round_by_round_reference(
+    case: dict[str, Any], spec: dict[str, Any]
+) -> None:
+    _, target = matches_the_reference(case, spec, slots=4)
+    # a static graph: every round runs every slot
+    assert {s.batch for s in target.steps if s.phase == "decode"} == {4}
+
+
+UNCHUNKED_DECODING = [
+    (case, spec)
+    for case, spec in CASES
+    if "decoding" in spec and "prefill_chunk_tokens" not in case and "policy" not in case
+]
+
+
+@pytest.mark.parametrize("rows", ["ladder", "programs", "live"])
+@pytest.mark.parametrize(("case", "spec"), UNCHUNKED_DECODING, ids=lambda c: str(c)[:60])
+def test_rounds_run_the_rows_plain_decoding_would(
+    case: dict[str, Any], spec: dict[str, Any], rows: DecodeRows
+) -> None:
+    """A stack that batches its live sequences (a paged cache's CUDA-graph ladder, reading
+    each sequence's pages: the mean cache's bucket) or picks a program by the queue runs
+    each round over the rows its plain decode step would (``decode_rows``), not every
+    slot: the reference, which times each round at those rows, agrees to the picosecond."""
+    slots = 12
+    _, target = matches_the_reference(case, spec, slots, rows)
+    batches = {s.batch for s in target.steps if s.phase == "decode"}
+    assert batches <= {decode_rows(rows, live, slots) for live in range(1, slots + 1)}
+    assert len(batches) > 1 and min(batches) < slots  # the runs' tails ran fewer rows
 
 
 def test_rounds_count_the_draft_and_verify_steps() -> None:

@@ -77,6 +77,7 @@ from rdu_sim.speculation import (
     rollback_tokens,
     shared_draft,
     shared_weights,
+    target_prompt,
     verify_tokens,
 )
 
@@ -298,17 +299,25 @@ def page_bytes(scenario: Scenario, stage: PipelineStage | None = None) -> int:
     beside it."""
     page = scenario.stack.kv_page_tokens
     assert page is not None, "a page is a paged stack's"
-    own = kv_slot_bytes_per_socket(scenario, page, stage)
+    return kv_slot_bytes_per_socket(scenario, page, stage) + draft_page_bytes(scenario)
+
+
+def draft_page_bytes(scenario: Scenario) -> int:
+    """A shared drafter's share of one page of a paged KV cache on one socket: its KV of
+    the page's tokens (speculative decoding; 0 without a shared draft, as `draft_kv_bytes`)."""
+    page = scenario.stack.kv_page_tokens
+    assert page is not None, "a page is a paged stack's"
     draft = shared_draft(scenario)
-    if draft is not None and verify_tokens(scenario) > 1:
-        own += kv_slot_bytes_per_socket(draft, page)
-    return own
+    if draft is None or verify_tokens(scenario) == 1:
+        return 0
+    return kv_slot_bytes_per_socket(draft, page)
 
 
 def smallest_request_pages(scenario: Scenario) -> int:
     """Pages the workload's smallest possible request reserves (`kv.paged.reserved_pages`:
-    its distributions' least prompt and output; a trace's, one token each): the most
-    sequences a paged pool can hold at once is its pages over these."""
+    its distributions' least prompt and output; a trace's, one token each; of the prompt,
+    the tokens the target caches, `speculation.target_prompt`, as the scheduler reserves
+    them): the most sequences a paged pool can hold at once is its pages over these."""
     page = scenario.stack.kv_page_tokens
     assert page is not None, "a reservation is a paged stack's"
     serving = scenario.workload.serving
@@ -320,7 +329,17 @@ def smallest_request_pages(scenario: Scenario) -> int:
     output = 1 if serving.trace is not None else least(serving.output_tokens)
     prompt = max(1, min(prompt, serving.max_context - 1))
     output = max(1, min(output, serving.max_context - prompt))
-    return reserved_pages(prompt, output, slot_tokens(scenario), page, rollback_tokens(scenario))
+    cached = target_prompt(scenario.workload.speculation, prompt)
+    return reserved_pages(cached, output, slot_tokens(scenario), page, rollback_tokens(scenario))
+
+
+def reserved_words(scenario: Scenario) -> str:
+    """What a request reserves of a paged pool, in words: its prompt and output tokens, or
+    under speculative prefill the prompt tokens the target keeps (`smallest_request_pages`)."""
+    spec = scenario.workload.speculation
+    if spec is None or spec.prefill is None:
+        return "prompt and output tokens"
+    return "kept prompt tokens (speculative prefill) and output tokens"
 
 
 def pool_pages(
@@ -627,7 +646,12 @@ def plan_memory(
             slot_tokens(scenario),
         )
     room = hbm_cap - act - kv
-    draft_kv = 0 if pool is not None else draft_kv_bytes(scenario, batch_slots)
+    # a shared draft's KV: its slots, or its share of every page of the pool
+    draft_kv = (
+        draft_kv_bytes(scenario, batch_slots)
+        if pool is None
+        else pool.pages * draft_page_bytes(scenario)
+    )
     tensors: list[TensorPlacement] = [
         TensorPlacement("kv_cache", "kv", "hbm", kv - draft_kv),
         *([TensorPlacement(f"{DRAFT_PREFIX}kv_cache", "kv", "hbm", draft_kv)] if draft_kv else []),
@@ -735,7 +759,7 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
         beside = (
             f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
             f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
-            "each request reserves its prompt and output tokens at admission)"
+            f"each request reserves its {reserved_words(scenario)} at admission)"
         )
     if not holds:
         fit = f"not even one fits {beside}"
@@ -748,15 +772,9 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
             "instead of gathering them"
         )
     else:
-        limit = stack.batch_limit(holds)
-        why = (
-            f"max_batch_slots: {stack.max_batch_slots}"
-            if limit == "max_batch_slots"
-            else f"batch_programs: {stack.batch_programs}"
-        )
         fit = (
             f"at most {holds} fit {beside}; {picks} {runs}, the most of them the stack runs "
-            f"(its {why})"
+            f"(its {_limit_words(scenario, holds)})"
         )
     if not explicit or slots is None:
         return fit
@@ -764,6 +782,32 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
         f"serving.batch_slots sets {slots}; {fit}"
         f"{_beyond_words(scenario, holds, slots)}{_unrunnable_words(scenario, slots)}"
     )
+
+
+def _limit_words(scenario: Scenario, holds: int) -> str:
+    """Which of the stack's fields bounds the batch below the ``holds`` that fit
+    (`StackConfig.batch_limit`), with its value."""
+    stack = scenario.stack
+    if stack.batch_limit(holds) == "max_batch_slots":
+        return f"max_batch_slots: {stack.max_batch_slots}"
+    return f"batch_programs: {stack.batch_programs}"
+
+
+def coe_capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None) -> str:
+    """`capacity_words` for a Composition of Experts (``serving.coe``, whose plan is not the
+    compiler's): its slots' KV cache shares HBM with the router and the expert region, so
+    ``holds`` counts the slots that leave the region one expert (``coe_room``), and more
+    are refused, not spilled; it names its slots (``auto`` is refused at load)."""
+    fit = (
+        f"at most {holds} fit beside the router's weights{scenario.stack.kv_share_words()} "
+        "with room left for one expert in the HBM region (a Composition of Experts names its "
+        "slots: no 'auto')"
+    )
+    if runs < holds:
+        fit += f"; the stack runs at most {runs} of them (its {_limit_words(scenario, holds)})"
+    if slots is None:
+        return fit
+    return f"serving.batch_slots sets {slots}; {fit}{_unrunnable_words(scenario, slots)}"
 
 
 def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:

@@ -133,7 +133,7 @@ def _room(result: RunSummary) -> str:
     if result.coe is None:
         return ""
     return (
-        f" (room for {result.batch_capacity} with one expert cached in HBM; these slots leave "
+        f" (room for {result.memory_capacity} with one expert cached in HBM; these slots leave "
         f"room for {region_words(result.coe)})"
     )
 

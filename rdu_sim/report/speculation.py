@@ -91,21 +91,23 @@ def _draft_memory(run: ServingRun) -> DraftMemory:
 
 def _against_plain(run: ServingRun) -> tuple[float, float, float] | None:
     """(a round's mean time, the target's plain decode step's mean time, the draft's steps'
-    mean time in a round), in seconds, over the rounds the run ran, each bucket weighted by
-    its rounds: the times the serving level advanced by (``Speculation.round_ps``, of which
-    ``Speculation.draft_ps`` the draft's), and the step it would have advanced by without
-    the draft (``Speculation.plain_shape``, at the same batch slots and bucket; simulated
-    for the comparison, not counted among the run's steps). None before any round ran."""
+    mean time in a round), in seconds, over the rounds the run ran, each verify shape (its
+    rows and bucket) weighted by its rounds: the times the serving level advanced by
+    (``Speculation.round_ps``, of which ``Speculation.draft_ps`` the draft's), and the step
+    it would have advanced by without the draft (``Speculation.plain_shape``: the same rows,
+    the live sequences' of a paged stack, at the same bucket; simulated for the comparison,
+    not counted among the run's steps). None before any round ran."""
     speculation, target = run.speculation, run.cache
     assert speculation is not None
     rounds = round_ps = plain_ps = draft_ps = 0
     for shape, count in target.steps.items():
-        if shape.phase != "decode" or shape != speculation.round_shapes(shape.cache_len)[0]:
+        rows, bucket = shape.batch, shape.cache_len
+        if shape.phase != "decode" or shape != speculation.round_shapes(rows, bucket)[0]:
             continue
         rounds += count
-        round_ps += count * speculation.round_ps(target, shape.cache_len)
-        plain_ps += count * target.times.timed(speculation.plain_shape(shape.cache_len)).step_ps
-        draft_ps += count * speculation.draft_ps(shape.cache_len)
+        round_ps += count * speculation.round_ps(target, rows, bucket)
+        plain_ps += count * target.times.timed(speculation.plain_shape(rows, bucket)).step_ps
+        draft_ps += count * speculation.draft_ps(rows, bucket)
     if not rounds:
         return None
     return round_ps / rounds / PS_PER_S, plain_ps / rounds / PS_PER_S, draft_ps / rounds / PS_PER_S

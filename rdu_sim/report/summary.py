@@ -85,6 +85,7 @@ from numpy.typing import NDArray
 from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import (
     capacity_words,
+    coe_capacity_words,
     placement_warnings,
     smallest_request_pages,
     weights_placement,
@@ -748,7 +749,9 @@ def summarize(run: ServingRun) -> RunSummary:
         batch_capacity=run.batch_capacity,
         memory_capacity=run.memory_capacity,
         capacity_limit="coe" if run.coe else scenario.stack.batch_limit(run.memory_capacity),
-        capacity=capacity_words(scenario, run.memory_capacity, run.batch_capacity, batch_slots),
+        capacity=(coe_capacity_words if run.coe else capacity_words)(
+            scenario, run.memory_capacity, run.batch_capacity, batch_slots
+        ),
         batch_slots=batch_slots,
         kv_bytes_per_slot=int(kv_total // batch_slots) if batch_slots else 0,
         memory=memory_summary(run.placement),

@@ -72,6 +72,7 @@ __all__ = [
     "check_popularity",
     "coe_capacity",
     "coe_placement",
+    "coe_room",
     "expert_step_scenario",
     "expert_tags",
     "plan_coe",
@@ -171,12 +172,11 @@ def _fixed_hbm(scenario: Scenario, router: Scenario, slots: int) -> int:
     )
 
 
-def coe_capacity(scenario: Scenario, router: Scenario) -> int:
+def coe_room(scenario: Scenario, router: Scenario) -> int:
     """Most batch slots that still leave the HBM region room for one expert (a CoE's
-    ``room for``: more slots take the region's HBM for KV cache), of those the most the
-    stack runs (`StackConfig.runnable_batch`); the slots' KV cache within the room the
-    stack gives it (`StackConfig.kv_room`) beside the router's weights, the expert region
-    and the activations."""
+    ``room for``: more slots take the region's HBM for KV cache): the slots' KV cache within
+    the room the stack gives it (`StackConfig.kv_room`) beside the router's weights, one
+    expert and the activations. What memory holds, whether or not the stack runs it."""
     hbm = scenario.hardware.hbm.capacity
     held = _weights(router) + _expert_hbm(scenario)
 
@@ -184,7 +184,13 @@ def coe_capacity(scenario: Scenario, router: Scenario) -> int:
         activations = max(activation_bytes(scenario, slots), activation_bytes(router, slots))
         return kv_bytes(scenario, slots) <= scenario.stack.kv_room(hbm, held, activations)
 
-    return scenario.stack.runnable_batch(most_slots(fits))
+    return most_slots(fits)
+
+
+def coe_capacity(scenario: Scenario, router: Scenario) -> int:
+    """The batch capacity of a CoE: of the slots its room holds (`coe_room`), the most the
+    stack runs (`StackConfig.runnable_batch`)."""
+    return scenario.stack.runnable_batch(coe_room(scenario, router))
 
 
 def _no_region(scenario: Scenario, router: Scenario, slots: int) -> CapacityError:
@@ -283,13 +289,15 @@ def coe_placement(scenario: Scenario, router: Scenario, slots: int, region: int)
 @dataclass(frozen=True)
 class CoEPlan:
     """What a CoE run decides before it simulates (``serving.run.plan_run``): the router's
-    scenario, the batch capacity (``coe_capacity``), the region's experts and the memory
-    plan of ``slots`` batch slots."""
+    scenario, the batch capacity (``coe_capacity``), the region's experts, the memory
+    plan of ``slots`` batch slots and the slots memory holds (``coe_room``, at least the
+    capacity)."""
 
     router: Scenario
     capacity: int
     region: int
     placement: Placement
+    room: int
 
 
 def plan_coe(scenario: Scenario, slots: int) -> CoEPlan:
@@ -301,7 +309,8 @@ def plan_coe(scenario: Scenario, slots: int) -> CoEPlan:
     router = router_scenario(scenario, coe)
     region = region_experts(scenario, router, slots)
     placement = coe_placement(scenario, router, slots, region)
-    return CoEPlan(router, coe_capacity(scenario, router), region, placement)
+    room = coe_room(scenario, router)
+    return CoEPlan(router, scenario.stack.runnable_batch(room), region, placement, room)
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim import human
+from rdu_sim.compiler.placement import reserved_words
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.overrides import overridden
 from rdu_sim.kv.paged import PagedKV
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
+from rdu_sim.speculation import target_prompt
 
 SLOTS_PER_UNIT = 40_000
 """Batch slots whose per-change array updates cost about as much as one state change."""
@@ -247,12 +249,18 @@ def check_pool(
     role: str = "mixed",
 ) -> None:
     """A ConfigError at ``serving.max_context`` when a request's reservation
-    (``kv.paged.PagedKV.request_pages``; requests of ``prompts`` and ``outputs`` tokens)
+    (``kv.paged.PagedKV.request_pages``; requests of ``prompts`` and ``outputs`` tokens, of
+    the prompt the tokens the target caches: ``speculation.target_prompt``)
     exceeds a paged KV cache's whole pool on a server of ``role``: the scheduler could
     never admit it (the run is refused before simulating, nothing lost). A lone run and
     each pool of a cluster ask."""
     if pool is None or not len(prompts):
         return
+    spec = scenario.workload.speculation
+    if spec is not None and spec.prefill is not None:  # the target caches the kept tokens
+        lengths_of, at = np.unique(prompts, return_inverse=True)
+        kept = [target_prompt(spec, int(prompt)) for prompt in lengths_of.tolist()]
+        prompts = np.asarray(kept, dtype=np.int64)[at]
     lengths = zip(prompts.tolist(), outputs.tolist(), strict=True)
     need = {pair: pool.request_pages(*pair, role) for pair in set(lengths)}  # each length once
     most = max(need.values())
@@ -265,7 +273,7 @@ def check_pool(
         "serving.max_context",
         f"{over:,} of {len(prompts):,} requests reserve more KV pages than the stack's whole "
         f"pool holds: the largest reserves {most:,} pages of {pool.page_tokens} tokens "
-        f"(its prompt and output tokens), the pool has {pool.pages:,} "
+        f"(its {reserved_words(scenario)}), the pool has {pool.pages:,} "
         f"({pool.tokens:,} tokens, {human.size(pool.pages * pool.page_bytes, 4)} per "
         f"device{scenario.stack.kv_share_words()}), so it could never be admitted; lower "
         f"serving.max_context to at most {pool.tokens:,} (requests are cut to fit it), or "

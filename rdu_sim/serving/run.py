@@ -23,14 +23,14 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
-from rdu_sim.serving.clock import SimulatedTimeError, to_ps, to_s
+from rdu_sim.serving.clock import SimulatedTimeError, to_s
 from rdu_sim.serving.coe import CoEPlan, CoEStats, plan_coe, serve_coe
 from rdu_sim.serving.limits import check_pool, check_run, warn_unchunked
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
 from rdu_sim.serving.simulate import serve
-from rdu_sim.serving.speculative import PrefillSaving, Speculation, prefill_saving
+from rdu_sim.serving.speculative import DraftLink, PrefillSaving, Speculation, prefill_saving
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import served_prefill_steps
 
@@ -94,9 +94,7 @@ def prefill_seconds(
     return float(sum(to_s(part) for part in parts))
 
 
-def _speculation(
-    scenario: Scenario, backend: Backend, slots: int, requests: RequestSet
-) -> Speculation | None:
+def _speculation(scenario: Scenario, backend: Backend, requests: RequestSet) -> Speculation | None:
     """The draft's part of the run (its step cache, the requests' acceptance rates, the link
     of a separate draft); None without one (a separate draft's memory plan: ``plan_run``)."""
     spec, draft = scenario.workload.speculation, scenario.draft
@@ -114,28 +112,26 @@ def _speculation(
                 f"{serving.trace!r}, which has none",
             )
         rates = request_rates(acceptance, len(requests), serving.seed, requests.trace_acceptance)
-    separate = spec.placement == "separate"
     speculation = Speculation(
         config=spec,
         draft_cache=StepCache(partial(backend.step_cost, draft)),
         policy=scenario.kv_policy,
-        batch_slots=slots,
         max_context=serving.max_context,
         chunk=serving.prefill_chunk_tokens,
         seed=serving.seed,
         rates=rates,
-        link_ps=draft_link_ps(scenario, slots) if separate else 0,
+        link=draft_link(scenario) if spec.placement == "separate" else None,
         one_program=scenario.stack.speculative_rounds == "one_program",
         ragged=scenario.stack.dynamic_batch,
     )
     return speculation
 
 
-def draft_link_ps(scenario: Scenario, slots: int) -> int:
-    """A separate draft's link time per round (ps): k token ids per slot to the target's
-    sockets, then each slot's accepted count and the target's token back; over the node's
-    links when both TP groups fit in one node, else between nodes (through the in-node port
-    too where the network is reached through it: the slower port's rate)."""
+def draft_link(scenario: Scenario) -> DraftLink:
+    """A separate draft's link to the target's sockets: each round, k token ids per row to
+    the target's sockets, then each row's accepted count and the target's token back; over
+    the node's links when both TP groups fit in one node, else between nodes (through the
+    in-node port too where the network is reached through it: the slower port's rate)."""
     spec, draft = scenario.workload.speculation, scenario.draft
     assert spec is not None and spec.decoding is not None and draft is not None
     system = scenario.hardware.system
@@ -144,8 +140,7 @@ def draft_link_ps(scenario: Scenario, slots: int) -> int:
     bandwidth = link.bandwidth
     if not same_node and system.network_through_node_port:
         bandwidth = min(bandwidth, system.intra_node_link.bandwidth)
-    sent = slots * spec.decoding.draft_tokens * INDEX + slots * 2 * INDEX
-    return to_ps(2 * link.latency + sent / bandwidth)
+    return DraftLink(link.latency, bandwidth, (spec.decoding.draft_tokens + 2) * INDEX)
 
 
 def scenario_requests(scenario: Scenario, slots: int) -> RequestSet:
@@ -172,7 +167,7 @@ def serve_scenario(
     warn_unchunked(scenario, requests.prompt_tokens)
     # a partial, not a closure: the result (holding its cache) must pickle (``api`` docstring)
     cache = StepCache(partial(backend.step_cost, scenario))
-    speculation = _speculation(scenario, backend, slots, requests)
+    speculation = _speculation(scenario, backend, requests)
     config = ServerConfig(
         slots,
         serving.max_context,
@@ -204,7 +199,7 @@ def serve_scenario(
         raise ConfigError.single(scenario.workload_file, "serving", str(exc)) from None
     placement = with_sram(placement, peak_sram(cache))
     # a Composition of Experts counts its own room (slots beside one cached expert)
-    holds = capacity if coe is not None else backend.memory_capacity(scenario)
+    holds = coe_plan.room if coe_plan is not None else backend.memory_capacity(scenario)
     return ServingRun(
         scenario,
         capacity,

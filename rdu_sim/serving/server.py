@@ -62,7 +62,7 @@ def policies_for(
     rounds, drafting = DecodeRounds(config.decode_rows), Drafting()
     if speculation is not None:
         if speculation.config.decoding is not None:
-            rounds = SpeculativeRounds(speculation, records)
+            rounds = SpeculativeRounds(speculation, records, config.decode_rows)
         drafting = DraftWork(speculation, records.prompt_tokens)
     return Policies(
         batching if batching is not None else make_batching(config.prefill_priority),

@@ -3,17 +3,19 @@
 Speculative decoding (``speculation.decoding``): a decode "step" of the server is a round.
 The draft runs ``DRAFT_CATCH_UP`` tokens per slot (catching up with the last round's
 outcome), then k - 1 single-token steps, drafting k tokens; the target verifies k + 1
-tokens per slot in one static step. Every step is a static shape timed by the engine through
-a step cache (the target's, and the draft's own); a stack that runs a round as one program
-(``StackConfig.speculative_rounds``) pays its host's time once a round, with the verify step,
-so the draft's steps count their device time alone (:meth:`Speculation.draft_ps`). Each slot
-then advances by its own accepted
-tokens plus one (:class:`RoundSlots`, drawn per request by ``serving.acceptance``); the
-rejected tokens' cache entries are rolled back. The draft prefills every prompt too (it
+tokens per slot in one static step. A round runs the rows the server's plain decode step
+would (``DecodeRounds``' rule, ``StackConfig.decode_rows``: every slot of a static graph,
+the live sequences of a paged stack at their mean cache's bucket). Every step is a static
+shape timed by the engine through a step cache (the target's, and the draft's own); a stack
+that runs a round as one program (``StackConfig.speculative_rounds``) pays its host's time
+once a round, with the verify step, so the draft's steps count their device time alone
+(:meth:`Speculation.draft_ps`). Each slot then advances by its own accepted tokens plus one
+(:class:`RoundSlots`, drawn per request by ``serving.acceptance``); the rejected tokens'
+cache entries are rolled back. The draft prefills every prompt too (it
 drafts from the whole context): the same prefill shapes, on the draft. On the target's
 sockets (``placement: shared``) the draft's steps run between the target's; on its own
 (``separate``) its prefill runs beside the target's, and each round sends the drafted tokens
-over a link and the verdict back (``link_ps``).
+over a link and the verdict back (:class:`DraftLink`).
 
 Speculative prefill (``speculation.prefill``): before a request's first prefill step, the
 draft prefills its whole prompt and decodes ``look_ahead`` tokens whose attention scores
@@ -41,8 +43,8 @@ from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.slots import DECODING, Slots
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache
-from rdu_sim.shapes import StepShape
-from rdu_sim.speculation import DRAFT_CATCH_UP, kept_tokens
+from rdu_sim.shapes import DecodeRows, StepShape
+from rdu_sim.speculation import DRAFT_CATCH_UP, target_prompt
 
 _NO_ROUNDS = np.zeros(0, dtype=np.int64)
 
@@ -50,10 +52,12 @@ _NO_ROUNDS = np.zeros(0, dtype=np.int64)
 class RoundSlots(Slots):
     """Slots whose decode steps are speculative rounds: each slot emits its own drawn number
     of tokens per round (``emitted_after[slot][r]``: its tokens after round r + 1,
-    cumulative), so its cache grows by that, not by one per step."""
+    cumulative), so its cache grows by that, not by one per step: at most ``most`` a round
+    (k + 1: the accepted drafts and the target's own token)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, most: int = 1) -> None:
         super().__init__(n)
+        self.most = most
         self.emitted_after: list[NDArray[np.int64]] = [_NO_ROUNDS] * n
         self.first_cache = np.zeros(n, dtype=np.int64)  # cache at the slot's first round
         self.rounds_done = np.zeros(n, dtype=np.int64)
@@ -87,6 +91,17 @@ class RoundSlots(Slots):
                 steps = min(steps, crossing - int(self.rounds_done[slot]))
         return steps
 
+    def steps_in_mean_run(self, bucket: int, mean: int) -> int:
+        """Rounds until the next completion or until the mean cache (``mean`` now, at most
+        ``bucket``) may outgrow ``bucket`` (a runtime that reads each sequence's own pages,
+        ``Slots.steps_in_mean_run``): a sequence grows at most ``most`` tokens a round, so
+        the rounded-up mean does too, and stays within the bucket for
+        ``(bucket - mean) // most + 1`` rounds; never, when no cap exceeds the bucket."""
+        steps = int(self.finish[self.phase == DECODING].min()) - self.steps_done
+        if int(self.cap.max()) > bucket:
+            steps = min(steps, (bucket - mean) // self.most + 1)
+        return steps
+
     def emitted(self, steps: int) -> int:
         """Tokens the decoding slots emit in their next ``steps`` rounds."""
         total = 0
@@ -106,70 +121,98 @@ class RoundSlots(Slots):
         return self._finished(steps)
 
 
+@dataclass(frozen=True)
+class DraftLink:
+    """A separate draft's link to the target's sockets (``run.draft_link``): each round
+    sends ``row_bytes`` a row (its k drafted token ids there, its accepted count and the
+    target's token back) at ``bandwidth`` (B/s), after ``latency_s`` each way."""
+
+    latency_s: float
+    bandwidth: float
+    row_bytes: float
+
+    def __reduce__(self) -> Reduced:
+        return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
+
+    def round_ps(self, rows: int) -> int:
+        """The link's time in a round of ``rows`` rows (integer ps)."""
+        return to_ps(2 * self.latency_s + rows * self.row_bytes / self.bandwidth)
+
+
 @dataclass
 class Speculation:
     """The draft's share of a server's work: its steps (from ``draft_cache``), the rounds
-    of speculative decoding, the selection of speculative prefill."""
+    of speculative decoding, the selection of speculative prefill. A round runs the rows the
+    server's decode step would (``DecodeRounds``' rule, ``StackConfig.decode_rows``): every
+    slot of a static graph, the live sequences of a paged stack's batch."""
 
     config: SpeculationConfig
     draft_cache: StepCache
     policy: KVPolicy
-    batch_slots: int
     max_context: int
     chunk: int | None
     seed: int
     rates: NDArray[np.float64] | None = None  # per request (speculative decoding)
     ragged: bool = False  # prompts prefilled unpadded (a paged runtime: ``buckets``)
-    link_ps: int = 0  # separate sockets: drafted tokens there and the verdict back, per round
+    link: DraftLink | None = None  # separate sockets: drafted tokens there, the verdict back
     one_program: bool = False  # a round is one launch (``StackConfig.speculative_rounds``)
-    _round_ps: dict[int, int] = field(default_factory=dict, init=False)  # by decode bucket
+    # a round's time by (rows, decode bucket), as one int (``DecodeRounds._steps``' key)
+    _round_ps: dict[int, int] = field(default_factory=dict, init=False)
 
     @property
     def separate(self) -> bool:
         return self.config.placement == "separate"
 
     # --- speculative decoding -------------------------------------------------------------
-    def round_shapes(self, bucket: int) -> tuple[StepShape, tuple[StepShape, ...]]:
-        """(the target's verify step, the draft's steps) of a round at decode bucket
-        ``bucket``: static shapes, compiled per k; the draft's later steps attend up to
-        k - 1 drafted tokens past the bucket."""
+    def round_shapes(self, rows: int, bucket: int) -> tuple[StepShape, tuple[StepShape, ...]]:
+        """(the target's verify step, the draft's steps) of a round of ``rows`` rows at
+        decode bucket ``bucket``: static shapes, compiled per k; the draft's later steps
+        attend up to k - 1 drafted tokens past the bucket."""
         decoding = self.config.decoding
         assert decoding is not None
-        k, n = decoding.draft_tokens, self.batch_slots
-        verify = StepShape("decode", n, k + 1, bucket)
-        draft = (StepShape("decode", n, DRAFT_CATCH_UP, bucket),) + (
-            StepShape("decode", n, 1, bucket + k - 1),
+        k = decoding.draft_tokens
+        verify = StepShape("decode", rows, k + 1, bucket)
+        draft = (StepShape("decode", rows, DRAFT_CATCH_UP, bucket),) + (
+            StepShape("decode", rows, 1, bucket + k - 1),
         ) * (k - 1)
         return verify, draft
 
-    def plain_shape(self, bucket: int) -> StepShape:
-        """The target's plain decode step at ``bucket`` (one token a slot, every slot): what
-        a round stands in for, and what it is measured against (``report.speculation``)."""
-        return StepShape("decode", self.batch_slots, 1, bucket)
+    def plain_shape(self, rows: int, bucket: int) -> StepShape:
+        """The target's plain decode step of ``rows`` rows at ``bucket`` (one token a row):
+        the step the server would run without the draft, with the same live sequences (the
+        same rows rule), what a round stands in for and is measured against
+        (``report.speculation``)."""
+        return StepShape("decode", rows, 1, bucket)
 
-    def draft_ps(self, bucket: int) -> int:
-        """The draft's steps of a round at ``bucket`` (integer ps). The stack's rule
-        (``StackConfig.speculative_rounds``), here only: a round run as one program is
-        launched once, its verify step paying the host's time, so its draft steps take their
-        device time alone; a round run step by step pays each step's host time too."""
-        cache, (_, draft) = self.draft_cache, self.round_shapes(bucket)
+    def link_ps(self, rows: int) -> int:
+        """A separate draft's link time in a round of ``rows`` rows (0 on shared sockets)."""
+        return 0 if self.link is None else self.link.round_ps(rows)
+
+    def draft_ps(self, rows: int, bucket: int) -> int:
+        """The draft's steps of a round of ``rows`` rows at ``bucket`` (integer ps). The
+        stack's rule (``StackConfig.speculative_rounds``), here only: a round run as one
+        program is launched once, its verify step paying the host's time, so its draft steps
+        take their device time alone; a round run step by step pays each step's host time
+        too."""
+        cache, (_, draft) = self.draft_cache, self.round_shapes(rows, bucket)
         if self.one_program:
             return sum(cache.device_ps(s) for s in draft)
         return sum(cache.step_ps(s) for s in draft)
 
-    def round_ps(self, target: StepCache, bucket: int) -> int:
-        """One round's time at ``bucket`` (integer ps): the draft's steps
+    def round_ps(self, target: StepCache, rows: int, bucket: int) -> int:
+        """One round's time, ``rows`` rows at ``bucket`` (integer ps): the draft's steps
         (:meth:`draft_ps`), the link if any, then the verify step."""
-        known = self._round_ps.get(bucket)
+        key = rows << 40 | bucket
+        known = self._round_ps.get(key)
         if known is None:
-            verify = self.round_shapes(bucket)[0]
-            total = self.draft_ps(bucket) + target.step_ps(verify)
-            known = self._round_ps[bucket] = total + self.link_ps
+            verify = self.round_shapes(rows, bucket)[0]
+            total = self.draft_ps(rows, bucket) + target.step_ps(verify)
+            known = self._round_ps[key] = total + self.link_ps(rows)
         return known
 
-    def run_rounds(self, target: StepCache, bucket: int, rounds: int) -> None:
-        """Count ``rounds`` rounds at ``bucket`` in the step caches."""
-        verify, draft = self.round_shapes(bucket)
+    def run_rounds(self, target: StepCache, rows: int, bucket: int, rounds: int) -> None:
+        """Count ``rounds`` rounds of ``rows`` rows at ``bucket`` in the step caches."""
+        verify, draft = self.round_shapes(rows, bucket)
         target.run(verify, rounds)
         for shape in draft:
             self.draft_cache.run(shape, rounds)
@@ -205,11 +248,9 @@ class Speculation:
 
     # --- speculative prefill ----------------------------------------------------------------
     def target_prompt(self, prompt: int) -> int:
-        """Prompt tokens the target prefills (all of them without speculative prefill)."""
-        prefill = self.config.prefill
-        if prefill is None:
-            return prompt
-        return kept_tokens(prompt, prefill.keep_ratio, prefill.chunk_tokens)
+        """Prompt tokens the target prefills (all of them without speculative prefill:
+        ``speculation.target_prompt``)."""
+        return target_prompt(self.config, prompt)
 
     def selection_shapes(self, prompt: int) -> list[StepShape]:
         """The draft's steps scoring a prompt: its prefill of the whole prompt (no KV
@@ -240,35 +281,40 @@ class Speculation:
 class SpeculativeRounds(DecodeRounds):
     """Decode runs of speculative rounds (the decode-rounds strategy, ``serving.decode_rounds``):
     a run's "steps" are rounds, each the draft's steps and one verify step, and each slot
-    advances by its own accepted tokens (``RoundSlots``)."""
+    advances by its own accepted tokens (``RoundSlots``). A round runs the rows plain
+    decoding's step would (the base's rule, ``rows``) and, on a paged stack, reads each
+    sequence's own pages as it does (``per_sequence``)."""
 
     def ride_prefill(self) -> bool:
         """A round (the draft's steps and a verify step) is not a decode step a prefill step
         can carry: speculative servers run their prefill steps alone."""
         return False
 
-    def per_sequence(self) -> bool:
-        """A round's verify step is timed over every slot at the longest cache's bucket."""
-        return False
-
-    def __init__(self, speculation: Speculation, records: ServingRecords) -> None:
-        super().__init__()
+    def __init__(
+        self, speculation: Speculation, records: ServingRecords, rows: DecodeRows = "slots"
+    ) -> None:
+        super().__init__(rows)
         self.speculation = speculation
         self.records = records
+        self._rows_planned = 0  # the rows of the run planned last
 
     def slots(self, n: int) -> Slots:
-        """Slots that advance by rounds."""
-        return RoundSlots(n)
+        """Slots that advance by rounds, k + 1 tokens at most a round."""
+        decoding = self.speculation.config.decoding
+        assert decoding is not None
+        return RoundSlots(n, decoding.draft_tokens + 1)
 
     def plan(self, slots: Slots, cache: StepCache, bucket: int) -> tuple[StepShape, int, int]:
-        """A round at ``bucket``: the plain decode shape (not run: the round's own steps are
-        counted at the run's end), its time, and no count of tokens (each slot's differ)."""
+        """A round at ``bucket`` over the rows plain decoding would run now: the plain
+        decode shape (not run: the round's own steps are counted at the run's end), the
+        round's time, and no count of tokens (each slot's differ)."""
         speculation = self.speculation
-        return speculation.plain_shape(bucket), speculation.round_ps(cache, bucket), 0
+        rows = self._rows_planned = self._batch(slots)
+        return speculation.plain_shape(rows, bucket), speculation.round_ps(cache, rows, bucket), 0
 
     def done(self, cache: StepCache, bucket: int, steps: int) -> None:
         """Count ``steps`` rounds' steps in the target's and the draft's caches."""
-        self.speculation.run_rounds(cache, bucket, steps)
+        self.speculation.run_rounds(cache, self._rows_planned, bucket, steps)
 
     def start(
         self, slots: Slots, slot: int, request: int, prompt: int, output: int, first: int, cap: int
