@@ -47,6 +47,7 @@ from rdu_sim.config.overrides import (
     override_for,
     override_note,
     override_origin,
+    set_fields,
     set_path,
     source_of,
     split_overrides,
@@ -55,7 +56,7 @@ from rdu_sim.config.overrides import (
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path, unknown_stack
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
-from rdu_sim.config.workload import DTYPE_BYTES, WEIGHTS_READS, WorkloadConfig
+from rdu_sim.config.workload import ARRIVAL_READS, DTYPE_BYTES, WEIGHTS_READS, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.kv.policies import (
     PolicyError,
@@ -177,7 +178,7 @@ def _expand_preset(
     """`--set model.layers=4` on a preset name, or on a config.json, turns the model into an
     editable mapping of its architecture (``source``: where the overrides were given)."""
     model = data.get("model")
-    edits = [k for k in overrides if k.startswith("model.")]
+    edits = [k for k in set_fields(overrides) if k.startswith("model.")]
     own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
     if isinstance(model, str) and "model.config_json" in edits:
         # a config.json replaces the preset: its fields are not the preset's to edit
@@ -514,12 +515,13 @@ def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> 
     the budget. ``--set kv.policy=streamingllm`` on a SnapStream workload thus keeps its
     budget (the ring becomes budget - sinks) instead of refusing SnapStream's ``recent``."""
     kv = workload.kv
-    if "kv.policy" not in overrides or (kv.budget is None and kv.compression_ratio is None):
+    fields = set_fields(overrides)  # (``kv={policy: ...}`` sets kv.policy too)
+    if "kv.policy" not in fields or (kv.budget is None and kv.compression_ratio is None):
         return workload
     derived = {
         name
         for name in budget_determines(kv.policy)
-        if name in kv.model_fields_set and f"kv.{name}" not in overrides
+        if name in kv.model_fields_set and f"kv.{name}" not in fields
     }
     if not derived:
         return workload
@@ -532,24 +534,30 @@ def _warn_unread(
 ) -> None:
     """A warning for each override of a field the choice of its section does not read: a
     ``kv`` field the policy does not (``kv.policies.policy_reads``), a ``memory`` field the
-    weights placement does not (``config.workload.WEIGHTS_READS``), one rule
-    (``config.overrides.unread_overrides``): it would change nothing, and say nothing. The
-    workload file's own sections are not checked: they may hold the settings of the choice a
-    ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy reads")."""
+    weights placement does not (``config.workload.WEIGHTS_READS``), a ``serving.arrival``
+    field the arrival process does not (``ARRIVAL_READS``: a rate under closed_loop), one
+    rule (``config.overrides.unread_overrides``): it would change nothing, and say nothing.
+    The workload file's own sections are not checked: they may hold the settings of the
+    choice a ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy
+    reads")."""
     policy, weights = workload.kv.policy, workload.memory.weights
+    process = workload.serving.arrival.process
     choices: list[tuple[str, str, tuple[str, ...] | None, type[UnreadFieldWarning]]] = [
         ("kv.policy", policy, policy_reads(policy), UnreadKVFieldWarning),
         ("memory.weights", weights, WEIGHTS_READS[weights], UnreadFieldWarning),
+        ("serving.arrival.process", process, ARRIVAL_READS[process], UnreadFieldWarning),
     ]
+    fields = set_fields(overrides)
     for chooser, choice, reads, kind in choices:
-        section = chooser.split(".")[0]
+        section = chooser.rpartition(".")[0]
         for key in unread_overrides(chooser, reads, overrides):
             names = ", ".join(f"{section}.{name}" for name in reads or ())
+            given = override_for(key, overrides) or key  # as written: serving.arrival
             warnings.warn(
                 kind(
-                    f"{file}: {key}: {overrides[key]!r} is not read by {chooser} {choice} (it "
+                    f"{file}: {key}: {fields[key]!r} is not read by {chooser} {choice} (it "
                     f"reads {names or f'no other {section} field'}), so it changes nothing "
-                    f"{override_note(key, source)}"
+                    f"{override_note(given, source)}"
                 ),
                 stacklevel=3,
             )

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.merge import merged
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
 
@@ -196,7 +197,10 @@ def normalize_overrides(
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
-    """Set a dotted path inside nested dicts (creating mappings on the way)."""
+    """Set a dotted path inside nested dicts (creating mappings on the way). A mapping set
+    where a mapping is merges into it (``config.merge``: ``serving.arrival={rate: 2.0}``
+    keeps the arrival's process, as ``serving.arrival.rate=2.0`` does), unless it names
+    another variant (``dist``, ``family`` ...); anything else replaces what was there."""
     parts = path.split(".")
     if len(parts) > MAX_DEPTH:
         raise ConfigError.single(
@@ -218,7 +222,7 @@ def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
                 f"cannot set inside {where!r}, which is {type(child).__name__}, not a mapping",
             )
         node = child
-    node[parts[-1]] = copy.deepcopy(value)
+    node[parts[-1]] = merged(node.get(parts[-1]), copy.deepcopy(value))
 
 
 def split_overrides(
@@ -241,25 +245,46 @@ def split_overrides(
 
 class UnreadFieldWarning(UserWarning):
     """An override set a field the choice its section makes does not read (``kv.policy``,
-    ``memory.weights``): it changes nothing (:func:`unread_overrides`)."""
+    ``memory.weights``, ``serving.arrival.process``): it changes nothing
+    (:func:`unread_overrides`)."""
+
+
+def set_fields(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields ``overrides`` set, by dotted path, each with its value: a mapping value
+    sets each of its leaves (``serving.arrival={rate: 2.0}`` sets ``serving.arrival.rate``,
+    as ``config.merge`` applies it); an empty mapping sets none. For the rules that ask
+    which fields an override set (a field a choice does not read, a switched KV policy)."""
+    fields: dict[str, Any] = {}
+
+    def walk(path: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+        else:
+            fields[path] = value
+
+    for path, value in overrides.items():
+        walk(path, value)
+    return fields
 
 
 def unread_overrides(
     chooser: str, reads: Iterable[str] | None, overrides: Mapping[str, Any]
 ) -> list[str]:
-    """The keys of ``overrides`` (dotted paths, as ``--set`` gives them) in the section of
-    ``chooser`` (``kv.policy``: ``kv.*``) that its choice does not read (``reads``: the
-    section's fields it does, ``chooser`` aside), each given a value (``null`` unsets a
-    field: a sweep zipping ``kv.budget: [null, 32768]`` with ``kv.policy: [full,
-    snapstream]`` sets none for full); none for an unknown choice (``reads`` None: its own
-    error comes first). One rule for every section whose fields hang on a choice."""
+    """The fields ``overrides`` set (dotted paths, as ``--set`` gives them: ``set_fields``)
+    in the section of ``chooser`` (``kv.policy``: ``kv.*``; ``serving.arrival.process``:
+    ``serving.arrival.*``) that its choice does not read (``reads``: the section's fields it
+    does, ``chooser`` aside), each given a value (``null`` unsets a field: a sweep zipping
+    ``kv.budget: [null, 32768]`` with ``kv.policy: [full, snapstream]`` sets none for full);
+    none for an unknown choice (``reads`` None: its own error comes first). One rule for
+    every section whose fields hang on a choice."""
     if reads is None:
         return []
     read = set(reads)
-    section = chooser.split(".")[0] + "."
+    section = chooser.rpartition(".")[0] + "."
     return [
         key
-        for key, value in overrides.items()
+        for key, value in set_fields(overrides).items()
         if key.startswith(section)
         and key != chooser
         and value is not None

@@ -33,7 +33,14 @@ from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, SUITE, given, normalize_overrides
+from rdu_sim.config.overrides import (
+    HW_PREFIX,
+    STACK_PREFIX,
+    SUITE,
+    given,
+    normalize_overrides,
+    set_fields,
+)
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -175,7 +182,7 @@ def read_by(path: str | Path, overrides: Sequence[str]) -> list[str]:
     given = normalize_overrides(overrides)
     policy = given.get("kv.policy") or api.load(path).workload.kv.policy
     unread = set(unread_overrides(str(policy), given))
-    return [o for o in overrides if not unread & set(normalize_overrides([o]))]
+    return [o for o in overrides if not unread & set(set_fields(normalize_overrides([o])))]
 
 
 def plan_run(path: str | Path, overrides: Sequence[str], quick: bool) -> list[str]:
