@@ -894,8 +894,12 @@ def with_overrides(
     """``scenario`` with ``overrides`` (given where they say, else at ``overrides_from``:
     ``config.overrides.origin_of``) applied on top of its own (already overridden) workload,
     hardware and stack data; the files on disk would lose earlier ``hw.`` and ``stack.``
-    overrides. No overrides: the same scenario. Its earlier overrides keep where they were
-    given (``SetSource`` origins)."""
+    overrides. A new ``hardware`` starts from its file's own fields and stack (the earlier
+    ``hw.`` and ``stack.`` overrides edited another machine's), a new ``stack`` from its
+    file's: those earlier overrides are dropped from the record too, so its ``overrides``
+    are exactly those applied (the workload file loaded with them gives this scenario, as
+    a run's provenance replays). No overrides: the same scenario. Its earlier overrides keep
+    where they were given (``SetSource`` origins)."""
     given = origin_of(overrides, overrides_from)
     added = normalize_overrides(overrides, given)  # (a TypeError for what they cannot be)
     if not added:
@@ -903,20 +907,27 @@ def with_overrides(
     data = scenario.workload.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
     merged: dict[str, Any] = {}
-    if "hardware" not in added:  # a new hardware file starts from its own fields
+    dropped: tuple[str, ...] = ()  # the prefixes of earlier overrides no longer applied
+    if "hardware" in added:  # a new hardware file starts from its own fields
+        dropped = (HW_PREFIX, STACK_PREFIX)
+    else:
         merged.update({f"{HW_PREFIX}{key}": value for key, value in hardware.items()})
-    if "stack" not in added and "hardware" not in added:
+    if "stack" in added:
+        dropped = (*dropped, STACK_PREFIX)
+    elif "hardware" not in added:
         stack = scenario.stack.model_dump(mode="json")
         merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
+    kept = {k: v for k, v in scenario.overrides.items() if not k.startswith(dropped)}
     rebuilt = build_scenario(
         data, workload_file=scenario.workload_file, overrides=merged, overrides_from=given
     )
     earlier = source_of(scenario.overrides)
     origins = dict(given.origins) if isinstance(given, SetSource) else {}
-    origins.update({k: override_origin(k, earlier) for k in scenario.overrides if k not in added})
+    origins.update({k: override_origin(k, earlier) for k in kept if k not in added})
     source = SetSource(given, origins) if origins else given
-    both = copy.deepcopy({**scenario.overrides, **added})
+    earlier_kept = {k: v for k, v in kept.items() if k not in added}  # (applied in order)
+    both = copy.deepcopy({**earlier_kept, **added})
     return dataclasses.replace(rebuilt, overrides=GivenOverrides(both, source))
 
 
