@@ -165,17 +165,34 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
     return path, value
 
 
+def plain(value: Any) -> Any:
+    """A deep copy of ``value`` with NumPy's values as the Python values they hold: a
+    scalar (``np.int64(4)``, ``np.bool_(True)``, ``np.float64``) its ``int``, ``bool`` or
+    ``float``, an array its nested list; so ``{"serving.batch_slots": np.int64(4)}`` and a
+    study over ``2 ** np.arange(12, 15)`` validate as 4 and 4096 do, and a result's
+    provenance records plain values. The one place an override's value is made plain
+    (numpy is not imported: a value of its module is told by its type)."""
+    if isinstance(value, Mapping):
+        return {plain(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain(item) for item in value)
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return plain(value.tolist())
+    return copy.deepcopy(value)
+
+
 def normalize_overrides(
     overrides: Iterable[str] | Mapping[str, Any] | None, source: str = SET
 ) -> dict[str, Any]:
     """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value, the
     values deep copies: a scenario (and the provenance of what it runs) owns its overrides,
-    so a caller editing its dict afterwards changes nothing already loaded. A string that is
-    no override is an error at ``source``, where it was given."""
+    so a caller editing its dict afterwards changes nothing already loaded. NumPy values
+    become the Python values they hold (:func:`plain`). A string that is no override is an
+    error at ``source``, where it was given."""
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):
-        return {str(k): copy.deepcopy(v) for k, v in overrides.items()}
+        return {str(k): plain(v) for k, v in overrides.items()}
     if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
         # a str is iterable, one character at a time: each would be an override
         raise TypeError(
