@@ -159,13 +159,17 @@ def run(
     *,
     backend: Backend | None = None,
 ) -> RunResult:
-    """Simulate serving a workload; ``progress(done, total)`` is called as requests finish."""
+    """Simulate serving a workload; ``progress(done, total)`` is called as requests finish.
+    What the reader must be told (weights pushed to DDR, ...) is warned, each of its class
+    (``rdu_sim.RduSimWarning``s), as the report's ``warnings`` say (``RunResult.warn``)."""
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
     check_progress(progress)
     scenario = load(scenario_or_path, overrides)
-    return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
+    result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
+    result.warn(stacklevel=2)
+    return result
 
 
 def default_step_shape(

@@ -65,6 +65,7 @@ from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.limits import check_pool, warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
+from rdu_sim.sim_warnings import RduSimWarning
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -112,7 +113,7 @@ def pool_machine(pool: PoolScenario) -> Machine:
     return Machine(hardware.power, hardware.cost, pool.sockets, hardware.system.sockets_per_node)
 
 
-class EmptyPrefixCacheWarning(UserWarning):
+class EmptyPrefixCacheWarning(RduSimWarning):
     """A pool that prefills, in a cluster with a prefix cache, has room for no block."""
 
 

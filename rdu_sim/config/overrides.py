@@ -23,6 +23,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.merge import merged
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
+from rdu_sim.sim_warnings import RduSimWarning
 
 HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
@@ -260,7 +261,7 @@ def split_overrides(
     return workload, hardware, stack
 
 
-class UnreadFieldWarning(UserWarning):
+class UnreadFieldWarning(RduSimWarning):
     """An override set a field the choice its section makes does not read (``kv.policy``,
     ``memory.weights``, ``serving.arrival.process``): it changes nothing
     (:func:`unread_overrides`)."""

@@ -21,6 +21,7 @@ import warnings
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.input_errors import InputError
+from rdu_sim.sim_warnings import RduSimWarning
 
 
 class EventBudgetError(ValueError, InputError):
@@ -33,7 +34,7 @@ the bound: a minute or more in pure Python), so the user is told before it runs.
 workload's default steps come near it; 4096 tiles per stage (the most) pass it."""
 
 
-class SlowStepWarning(UserWarning):
+class SlowStepWarning(RduSimWarning):
     """A step whose simulation will take long (its least events past ``SLOW_STEP_EVENTS``);
     the CLI prints it as one `warning:` line."""
 

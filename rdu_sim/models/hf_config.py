@@ -55,6 +55,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import MAX_DEPTH, MAX_FILE_BYTES, close_name, file_problem
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.models.layers import Architecture
+from rdu_sim.sim_warnings import RduSimWarning
 
 FAMILIES = {
     "llama": "llama",
@@ -313,7 +314,7 @@ read and not warned about; any other key the model_type does not read is (docs/m
 "config.json keys read")."""
 
 
-class UnreadKeyWarning(UserWarning):
+class UnreadKeyWarning(RduSimWarning):
     """config.json keys that are neither read for the model_type nor in HARMLESS_KEYS; the
     CLI prints it as one `warning:` line."""
 

@@ -9,6 +9,7 @@ and ``step_shapes()``.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -17,7 +18,13 @@ from typing import Any
 from numpy.typing import NDArray
 
 from rdu_sim.report.files import ROWS_PER_BLOCK
-from rdu_sim.report.summary import RunSummary, request_columns, series_columns, summarize
+from rdu_sim.report.summary import (
+    RunSummary,
+    request_columns,
+    run_warnings,
+    series_columns,
+    summarize,
+)
 from rdu_sim.serving.run import ServingRun
 
 __all__ = ["RunResult"]
@@ -40,6 +47,15 @@ class RunResult(ServingRun):
     def summary(self) -> RunSummary:
         """The run's metrics, typed (computed once)."""
         return self._summary
+
+    def warn(self, stacklevel: int = 1) -> None:
+        """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``)
+        as Python warnings of their classes, each naming the workload file; ``stacklevel``
+        as ``warnings.warn`` counts it from the caller (1: the caller's line; ``api.run``
+        passes 2, its caller's)."""
+        for found in run_warnings(self, self._summary.speculation):
+            message = type(found)(f"{self.scenario.workload_file}: {found}")
+            warnings.warn(message, stacklevel=stacklevel + 1)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""

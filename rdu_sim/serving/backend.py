@@ -20,6 +20,7 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import decode_cache
 from rdu_sim.shapes import StepShape
+from rdu_sim.sim_warnings import RduSimWarning
 
 __all__ = ["Backend", "EngineBackend", "resolve_batch_slots"]
 
@@ -125,7 +126,7 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     return capacity, scenario.workload.serving.slots_for(lambda: capacity)
 
 
-class StepOverPoolWarning(UserWarning):
+class StepOverPoolWarning(RduSimWarning):
     """A decode step's batch of sequences needs more pages than a paged stack's KV pool
     holds: no run of this stack would hold them all at once."""
 

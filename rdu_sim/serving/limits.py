@@ -39,6 +39,7 @@ from rdu_sim.kv.paged import PagedKV
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
+from rdu_sim.sim_warnings import RduSimWarning
 
 SLOTS_PER_UNIT = 40_000
 """Batch slots whose per-change array updates cost about as much as one state change."""
@@ -208,7 +209,7 @@ def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
     return "; ".join(hints)
 
 
-class UnchunkedPromptWarning(UserWarning):
+class UnchunkedPromptWarning(RduSimWarning):
     """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
 
 

@@ -45,6 +45,7 @@ from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.report.files import made_through_link, make_folder
+from rdu_sim.sim_warnings import RduSimWarning
 from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
@@ -112,7 +113,7 @@ class StoreError(ConfigError):
     """The sweep database cannot be read or written (it names the file and the operation)."""
 
 
-class DamagedRowWarning(UserWarning):
+class DamagedRowWarning(RduSimWarning):
     """A stored row one of whose columns holds what rdu-sim never writes there, read as a
     point not computed (the CLI prints it as one `warning:` line)."""
 

@@ -26,6 +26,7 @@ from typing import IO, Any
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.yaml_io import file_problem, read_complete_lines
 from rdu_sim.interrupts import deferred
+from rdu_sim.sim_warnings import RduSimWarning
 from rdu_sim.validate.targets import Evaluated
 
 MAX_CACHE_BYTES = 256 << 20
@@ -36,7 +37,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 KINDS = ("row", "figures")
 
 
-class CutLineWarning(UserWarning):
+class CutLineWarning(RduSimWarning):
     """A cache's last line cut short, dropped (the CLI prints it as one `warning:` line)."""
 
 
