@@ -8,6 +8,7 @@ and ``step_shapes()``.
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 from collections.abc import Iterator
@@ -45,8 +46,9 @@ class RunResult(ServingRun):
         return summarize(self)
 
     def summary(self) -> RunSummary:
-        """The run's metrics, typed (computed once)."""
-        return self._summary
+        """The run's metrics, typed (computed once): a copy of its own each call, so editing
+        one (its dicts, its lists) changes nothing of a later ``to_dict()`` or ``summary()``."""
+        return copy.deepcopy(self._summary)
 
     def warn(self, stacklevel: int = 1) -> None:
         """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``)
