@@ -168,12 +168,12 @@ def run(
     check_progress(progress)
     scenario = load(scenario_or_path, overrides)
     result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
-    result.warn(stacklevel=2)
+    result.warn()
     return result
 
 
 def default_step_shape(
-    scenario: Scenario,
+    scenario: Workload,
     phase: str = "decode",
     *,
     batch: int | None = None,
@@ -182,13 +182,16 @@ def default_step_shape(
     backend: Backend | None = None,
 ) -> StepShape:
     """The static shape :func:`step` simulates when not told otherwise (the rule is
-    ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity)."""
+    ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity).
+    ``scenario`` is a Scenario or a workload's path or shipped name, as every function here
+    takes (:func:`load`)."""
+    loaded = load(scenario)
 
     def batch_slots() -> int:  # on a paged stack, what its pool holds at the context
-        return step_batch(scenario, backend or EngineBackend(), context)
+        return step_batch(loaded, backend or EngineBackend(), context)
 
     return _default_step_shape(
-        scenario, batch_slots, phase, batch=batch, tokens=tokens, context=context
+        loaded, batch_slots, phase, batch=batch, tokens=tokens, context=context
     )
 
 

@@ -26,7 +26,6 @@ import copy
 import json
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -65,7 +64,7 @@ from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.limits import check_pool, warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
-from rdu_sim.sim_warnings import RduSimWarning
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -130,13 +129,12 @@ def _prefix_blocks(
     else:
         blocks, pages = _static_prefix_blocks(cluster, pool, placement), 0
     if not blocks:
-        warnings.warn(
+        warn(
             EmptyPrefixCacheWarning(
                 f"{cluster.file}: prefix_cache: pool {pool.name!r}'s memory plan leaves its "
                 "prefix cache no block, so it caches nothing; give prefix_cache.capacity, or "
                 "the KV cache more memory"
-            ),
-            stacklevel=2,
+            )
         )
     return blocks, pages
 
@@ -476,12 +474,11 @@ def run_cluster(
         if resolved.pool.role != "decode":
             warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
     if config.router.load_refresh and config.router.policy == "round_robin":
-        warnings.warn(
+        warn(
             UnreadRouterFieldWarning(
                 f"{cluster.file}: router.load_refresh: round_robin reads no replica's load, so "
                 f"a refresh of {config.router.load_refresh:g} s changes nothing"
-            ),
-            stacklevel=2,
+            )
         )
     prefix = config.prefix_cache
     try:

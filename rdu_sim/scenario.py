@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +70,7 @@ from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture, body_starts
 from rdu_sim.models.presets import UnknownModelError, get_model
 from rdu_sim.models.storage import storage_dtypes
+from rdu_sim.sim_warnings import warn
 
 
 @dataclass(frozen=True)
@@ -553,13 +553,12 @@ def _warn_unread(
         for key in unread_overrides(chooser, reads, overrides):
             names = ", ".join(f"{section}.{name}" for name in reads or ())
             given = override_for(key, overrides) or key  # as written: serving.arrival
-            warnings.warn(
+            warn(
                 kind(
                     f"{file}: {key}: {fields[key]!r} is not read by {chooser} {choice} (it "
                     f"reads {names or f'no other {section} field'}), so it changes nothing "
                     f"{override_note(given, source)}"
-                ),
-                stacklevel=3,
+                )
             )
 
 

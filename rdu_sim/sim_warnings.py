@@ -29,3 +29,19 @@ __all__ = ["RduSimWarning"]
 
 class RduSimWarning(UserWarning):
     """The base of every warning rdu-sim emits (this module's docstring lists them)."""
+
+
+_PACKAGE = __file__.rpartition("/")[0] + "/"  # (this module imports nothing: no pathlib)
+
+
+def warn(warning: RduSimWarning) -> None:
+    """``warnings.warn(warning)`` attributed to the first frame outside the rdu_sim package:
+    the caller's line (``api.load(W, {...})`` in a script or a notebook cell), not the
+    scenario loader's, however deep inside the package the rule that warns sits."""
+    import sys
+    import warnings
+
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -180,6 +181,23 @@ def plain(value: Any) -> Any:
     if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
         return plain(value.tolist())
     return copy.deepcopy(value)
+
+
+def written_value(value: Any) -> str:
+    """``value`` as a ``--set`` value the override parser (YAML) reads back equal: a string
+    as itself when it reads back so, else JSON (a YAML subset), else YAML's flow form (a
+    plan's ``reproduce:`` arguments, a mapping of overrides handed where texts are read)."""
+    candidates = [value] if isinstance(value, str) else []
+    candidates.append(json.dumps(value, ensure_ascii=False))
+    flow = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, allow_unicode=True)
+    candidates.append(flow.removesuffix("\n").removesuffix("\n...").strip())
+    for text in candidates:
+        try:
+            if parse_override(f"value={text}")[1] == value:
+                return str(text)
+        except ConfigError:
+            continue
+    return str(candidates[-1])
 
 
 def normalize_overrides(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -27,6 +26,7 @@ from rdu_sim.report.summary import (
     summarize,
 )
 from rdu_sim.serving.run import ServingRun
+from rdu_sim.sim_warnings import warn
 
 __all__ = ["RunResult"]
 
@@ -50,14 +50,13 @@ class RunResult(ServingRun):
         one (its dicts, its lists) changes nothing of a later ``to_dict()`` or ``summary()``."""
         return copy.deepcopy(self._summary)
 
-    def warn(self, stacklevel: int = 1) -> None:
+    def warn(self) -> None:
         """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``)
-        as Python warnings of their classes, each naming the workload file; ``stacklevel``
-        as ``warnings.warn`` counts it from the caller (1: the caller's line; ``api.run``
-        passes 2, its caller's)."""
+        as Python warnings of their classes, each naming the workload file, attributed to
+        the first line outside rdu-sim (``sim_warnings.warn``: ``api.run``'s caller)."""
         for found in run_warnings(self, self._summary.speculation):
             message = type(found)(f"{self.scenario.workload_file}: {found}")
-            warnings.warn(message, stacklevel=stacklevel + 1)
+            warn(message)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import GivenText
-from rdu_sim.sim_warnings import RduSimWarning
+from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.validate.scope import HW, STACK, Fixed, Scoped
 
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -265,7 +265,6 @@ class MissingFittedFileWarning(RduSimWarning):
 def _warn_missing(path: Path, fitted: Sequence[str]) -> None:
     """A warning naming the measurement files an overlay records rows of that are not found
     (moved, or the overlay was): a held-out row of them cannot be told from the record."""
-    import warnings
 
     files = sorted(
         {
@@ -275,14 +274,13 @@ def _warn_missing(path: Path, fitted: Sequence[str]) -> None:
         }
     )
     if files:
-        warnings.warn(
+        warn(
             MissingFittedFileWarning(
                 f"{path}: the {FITTED_TARGETS.strip()} line names {', '.join(files)}, not found "
                 "(the overlay or the file moved): a row of it held out here cannot be told from "
                 "the fitted ones; write the overlay again with `rdu-sim calibrate` (it records "
                 "its rows by content too)"
-            ),
-            stacklevel=2,
+            )
         )
 
 
