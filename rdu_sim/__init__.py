@@ -4,8 +4,9 @@ from pathlib import Path
 
 from rdu_sim import native
 from rdu_sim.input_errors import InputError
+from rdu_sim.sim_warnings import RduSimWarning
 
-__all__ = ["PACKAGE_DIR", "InputError", "__version__"]
+__all__ = ["PACKAGE_DIR", "InputError", "RduSimWarning", "__version__"]
 
 __version__ = "0.1.0"
 

@@ -159,17 +159,21 @@ def run(
     *,
     backend: Backend | None = None,
 ) -> RunResult:
-    """Simulate serving a workload; ``progress(done, total)`` is called as requests finish."""
+    """Simulate serving a workload; ``progress(done, total)`` is called as requests finish.
+    What the reader must be told (weights pushed to DDR, ...) is warned, each of its class
+    (``rdu_sim.RduSimWarning``s), as the report's ``warnings`` say (``RunResult.warn``)."""
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
     check_progress(progress)
     scenario = load(scenario_or_path, overrides)
-    return RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
+    result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
+    result.warn()
+    return result
 
 
 def default_step_shape(
-    scenario: Scenario,
+    scenario: Workload,
     phase: str = "decode",
     *,
     batch: int | None = None,
@@ -178,13 +182,16 @@ def default_step_shape(
     backend: Backend | None = None,
 ) -> StepShape:
     """The static shape :func:`step` simulates when not told otherwise (the rule is
-    ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity)."""
+    ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity).
+    ``scenario`` is a Scenario or a workload's path or shipped name, as every function here
+    takes (:func:`load`)."""
+    loaded = load(scenario)
 
     def batch_slots() -> int:  # on a paged stack, what its pool holds at the context
-        return step_batch(scenario, backend or EngineBackend(), context)
+        return step_batch(loaded, backend or EngineBackend(), context)
 
     return _default_step_shape(
-        scenario, batch_slots, phase, batch=batch, tokens=tokens, context=context
+        loaded, batch_slots, phase, batch=batch, tokens=tokens, context=context
     )
 
 

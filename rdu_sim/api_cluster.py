@@ -26,7 +26,6 @@ import copy
 import json
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -65,6 +64,7 @@ from rdu_sim.serving.clock import SimulatedTimeError
 from rdu_sim.serving.limits import check_pool, warn_unchunked
 from rdu_sim.serving.server import ServerConfig
 from rdu_sim.serving.step_cache import PS_PER_S, StepTimes
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 __all__ = ["ClusterResult", "load", "run_cluster"]
 
@@ -112,7 +112,7 @@ def pool_machine(pool: PoolScenario) -> Machine:
     return Machine(hardware.power, hardware.cost, pool.sockets, hardware.system.sockets_per_node)
 
 
-class EmptyPrefixCacheWarning(UserWarning):
+class EmptyPrefixCacheWarning(RduSimWarning):
     """A pool that prefills, in a cluster with a prefix cache, has room for no block."""
 
 
@@ -130,13 +130,12 @@ def _prefix_blocks(
     else:
         blocks, pages = _static_prefix_blocks(cluster, pool, placement), 0
     if not blocks:
-        warnings.warn(
+        warn(
             EmptyPrefixCacheWarning(
                 f"{cluster.file}: prefix_cache: pool {pool.name!r}'s memory plan leaves its "
                 "prefix cache no block, so it caches nothing; give prefix_cache.capacity, or "
                 "the KV cache more memory"
-            ),
-            stacklevel=2,
+            )
         )
     return blocks, pages
 
@@ -489,12 +488,11 @@ def run_cluster(
         if resolved.pool.role != "decode":
             warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
     if config.router.load_refresh and config.router.policy == "round_robin":
-        warnings.warn(
+        warn(
             UnreadRouterFieldWarning(
                 f"{cluster.file}: router.load_refresh: round_robin reads no replica's load, so "
                 f"a refresh of {config.router.load_refresh:g} s changes nothing"
-            ),
-            stacklevel=2,
+            )
         )
     prefix = config.prefix_cache
     try:

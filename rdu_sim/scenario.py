@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from rdu_sim.config.overrides import (
     override_for,
     override_note,
     override_origin,
+    set_fields,
     set_path,
     source_of,
     split_overrides,
@@ -55,7 +55,7 @@ from rdu_sim.config.overrides import (
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path, unknown_stack
 from rdu_sim.config.wiring import allowed_algorithms, forced_algorithm
-from rdu_sim.config.workload import DTYPE_BYTES, WEIGHTS_READS, WorkloadConfig
+from rdu_sim.config.workload import ARRIVAL_READS, DTYPE_BYTES, WEIGHTS_READS, WorkloadConfig
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.kv.policies import (
     PolicyError,
@@ -70,6 +70,7 @@ from rdu_sim.models.hf_config import architecture_from_config, read_config_json
 from rdu_sim.models.layers import Architecture, body_starts
 from rdu_sim.models.presets import UnknownModelError, get_model
 from rdu_sim.models.storage import storage_dtypes
+from rdu_sim.sim_warnings import warn
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def _expand_preset(
     """`--set model.layers=4` on a preset name, or on a config.json, turns the model into an
     editable mapping of its architecture (``source``: where the overrides were given)."""
     model = data.get("model")
-    edits = [k for k in overrides if k.startswith("model.")]
+    edits = [k for k in set_fields(overrides) if k.startswith("model.")]
     own = {"model.config_json", "model.name"}  # the reference's own fields edit the reference
     if isinstance(model, str) and "model.config_json" in edits:
         # a config.json replaces the preset: its fields are not the preset's to edit
@@ -524,12 +525,13 @@ def _switched_policy(workload: WorkloadConfig, overrides: Mapping[str, Any]) -> 
     the budget. ``--set kv.policy=streamingllm`` on a SnapStream workload thus keeps its
     budget (the ring becomes budget - sinks) instead of refusing SnapStream's ``recent``."""
     kv = workload.kv
-    if "kv.policy" not in overrides or (kv.budget is None and kv.compression_ratio is None):
+    fields = set_fields(overrides)  # (``kv={policy: ...}`` sets kv.policy too)
+    if "kv.policy" not in fields or (kv.budget is None and kv.compression_ratio is None):
         return workload
     derived = {
         name
         for name in budget_determines(kv.policy)
-        if name in kv.model_fields_set and f"kv.{name}" not in overrides
+        if name in kv.model_fields_set and f"kv.{name}" not in fields
     }
     if not derived:
         return workload
@@ -542,26 +544,31 @@ def _warn_unread(
 ) -> None:
     """A warning for each override of a field the choice of its section does not read: a
     ``kv`` field the policy does not (``kv.policies.policy_reads``), a ``memory`` field the
-    weights placement does not (``config.workload.WEIGHTS_READS``), one rule
-    (``config.overrides.unread_overrides``): it would change nothing, and say nothing. The
-    workload file's own sections are not checked: they may hold the settings of the choice a
-    ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy reads")."""
+    weights placement does not (``config.workload.WEIGHTS_READS``), a ``serving.arrival``
+    field the arrival process does not (``ARRIVAL_READS``: a rate under closed_loop), one
+    rule (``config.overrides.unread_overrides``): it would change nothing, and say nothing.
+    The workload file's own sections are not checked: they may hold the settings of the
+    choice a ``--set kv.policy`` (or a sweep) switches from (docs/kv.md, "Fields a policy
+    reads")."""
     policy, weights = workload.kv.policy, workload.memory.weights
+    process = workload.serving.arrival.process
     choices: list[tuple[str, str, tuple[str, ...] | None, type[UnreadFieldWarning]]] = [
         ("kv.policy", policy, policy_reads(policy), UnreadKVFieldWarning),
         ("memory.weights", weights, WEIGHTS_READS[weights], UnreadFieldWarning),
+        ("serving.arrival.process", process, ARRIVAL_READS[process], UnreadFieldWarning),
     ]
+    fields = set_fields(overrides)
     for chooser, choice, reads, kind in choices:
-        section = chooser.split(".")[0]
+        section = chooser.rpartition(".")[0]
         for key in unread_overrides(chooser, reads, overrides):
             names = ", ".join(f"{section}.{name}" for name in reads or ())
-            warnings.warn(
+            given = override_for(key, overrides) or key  # as written: serving.arrival
+            warn(
                 kind(
-                    f"{file}: {key}: {overrides[key]!r} is not read by {chooser} {choice} (it "
+                    f"{file}: {key}: {fields[key]!r} is not read by {chooser} {choice} (it "
                     f"reads {names or f'no other {section} field'}), so it changes nothing "
-                    f"{override_note(key, source)}"
-                ),
-                stacklevel=3,
+                    f"{override_note(given, source)}"
+                )
             )
 
 
@@ -896,8 +903,12 @@ def with_overrides(
     """``scenario`` with ``overrides`` (given where they say, else at ``overrides_from``:
     ``config.overrides.origin_of``) applied on top of its own (already overridden) workload,
     hardware and stack data; the files on disk would lose earlier ``hw.`` and ``stack.``
-    overrides. No overrides: the same scenario. Its earlier overrides keep where they were
-    given (``SetSource`` origins)."""
+    overrides. A new ``hardware`` starts from its file's own fields and stack (the earlier
+    ``hw.`` and ``stack.`` overrides edited another machine's), a new ``stack`` from its
+    file's: those earlier overrides are dropped from the record too, so its ``overrides``
+    are exactly those applied (the workload file loaded with them gives this scenario, as
+    a run's provenance replays). No overrides: the same scenario. Its earlier overrides keep
+    where they were given (``SetSource`` origins)."""
     given = origin_of(overrides, overrides_from)
     added = normalize_overrides(overrides, given)  # (a TypeError for what they cannot be)
     if not added:
@@ -905,20 +916,27 @@ def with_overrides(
     data = scenario.workload.model_dump(mode="json")
     hardware = scenario.hardware.model_dump(mode="json")
     merged: dict[str, Any] = {}
-    if "hardware" not in added:  # a new hardware file starts from its own fields
+    dropped: tuple[str, ...] = ()  # the prefixes of earlier overrides no longer applied
+    if "hardware" in added:  # a new hardware file starts from its own fields
+        dropped = (HW_PREFIX, STACK_PREFIX)
+    else:
         merged.update({f"{HW_PREFIX}{key}": value for key, value in hardware.items()})
-    if "stack" not in added and "hardware" not in added:
+    if "stack" in added:
+        dropped = (*dropped, STACK_PREFIX)
+    elif "hardware" not in added:
         stack = scenario.stack.model_dump(mode="json")
         merged.update({f"{STACK_PREFIX}{key}": value for key, value in stack.items()})
     merged.update(added)
+    kept = {k: v for k, v in scenario.overrides.items() if not k.startswith(dropped)}
     rebuilt = build_scenario(
         data, workload_file=scenario.workload_file, overrides=merged, overrides_from=given
     )
     earlier = source_of(scenario.overrides)
     origins = dict(given.origins) if isinstance(given, SetSource) else {}
-    origins.update({k: override_origin(k, earlier) for k in scenario.overrides if k not in added})
+    origins.update({k: override_origin(k, earlier) for k in kept if k not in added})
     source = SetSource(given, origins) if origins else given
-    both = copy.deepcopy({**scenario.overrides, **added})
+    earlier_kept = {k: v for k, v in kept.items() if k not in added}  # (applied in order)
+    both = copy.deepcopy({**earlier_kept, **added})
     return dataclasses.replace(rebuilt, overrides=GivenOverrides(both, source))
 
 

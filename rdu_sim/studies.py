@@ -34,7 +34,7 @@ from typing import Any
 from rdu_sim import api
 from rdu_sim.compiler import capacity_words
 from rdu_sim.config.hardware import HardwareConfig
-from rdu_sim.config.overrides import GivenOverrides
+from rdu_sim.config.overrides import GivenOverrides, plain
 from rdu_sim.engine import StepTiming
 from rdu_sim.kv.policies import budget_determines, policy_reads, takes_budget
 from rdu_sim.report.summary import memory_summary
@@ -118,7 +118,7 @@ def _points(
     base = api.load(workload, overrides)
     backend = EngineBackend()
     for policy in policies:
-        for context in contexts:
+        for context in map(plain, contexts):  # (``2 ** np.arange(12, 15)``: plain ints)
             settings = point_settings(
                 base, policy, context, snapstream_budget=budget, snapstream_ratio=ratio
             )
@@ -282,8 +282,7 @@ def decode_over_batches(
     context below 1 is refused (``StepShapeError``, an InputError), never read as the
     default. See :func:`decode_over_contexts`.
     """
-    for batch in batches:
-        dimension("batches", batch, 1)
+    sizes = [dimension("batches", batch, 1) for batch in batches]  # (plain ints)
     context = dimension("context", context, 1)
     if context is None:
         context = api.load(workload, overrides).workload.serving.max_context
@@ -292,7 +291,9 @@ def decode_over_batches(
         workload, overrides, policies, [context], snapstream_budget, snapstream_ratio
     ):
         rows += [
-            _decode_row(scenario, settings, capacity, holds, b) for b in batches if 1 <= b <= holds
+            _decode_row(scenario, settings, capacity, holds, b)
+            for b in sizes
+            if b is not None and 1 <= b <= holds
         ]
     return rows
 

@@ -55,6 +55,20 @@ def test_to_dict_hands_out_a_copy_of_the_provenance(small_run: api.RunResult) ->
     assert small_run.to_json() == before
 
 
+def test_summary_hands_out_a_copy_of_its_own(small_run: api.RunResult) -> None:
+    """summary() returned the cached summary itself: editing its dicts and lists changed
+    every later to_dict(), to_json() and summary()."""
+    before = small_run.to_json()
+    summary = small_run.summary()
+    summary.warnings.append("edited")
+    summary.memory.clear()
+    summary.provenance["overrides"]["serving.requests"] = 1_000
+    assert small_run.to_json() == before
+    again = small_run.summary()
+    assert again is not summary and again.warnings == [] and again.memory
+    assert again.to_dict() == small_run.to_dict()
+
+
 def test_a_cluster_to_dict_hands_out_a_copy_of_the_provenance() -> None:
     result = run_cluster("llama3.1-8b-chat", {"traffic.requests": 10})
     before = result.to_json()

@@ -86,6 +86,46 @@ def test_overrides_accumulate_through_with_overrides() -> None:
     assert again.hardware.socket.hbm.latency == 1e-6
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "left"),
+    [
+        # a new hardware file: the earlier hw. (and stack.) edits were another machine's
+        (
+            {"hw.system.sockets": 2, "stack.host.serial_per_step": "1 ms"},
+            {"hardware": "sn40l-8"},
+            {"hardware": "sn40l-8"},
+        ),
+        # a new stack: the earlier stack. edits were another stack's; hw. ones stay
+        (
+            {"hw.system.sockets": 2, "stack.host.serial_per_step": "1 ms"},
+            {"stack": "none"},
+            {"hw.system.sockets": 2, "stack": "none"},
+        ),
+    ],
+)
+def test_the_recorded_overrides_are_those_applied_and_replay_to_the_same_run(
+    first: dict[str, object], then: dict[str, object], left: dict[str, object]
+) -> None:
+    """``api.load(s1, {"hardware": ...})`` ran the new file's own fields but recorded s1's
+    ``hw.`` overrides beside it: its provenance replayed to another run."""
+    base = {"serving.requests": 3, **first}
+    scenario = api.load(api.load("llama3.1-8b-1socket", base), then)
+    assert dict(scenario.overrides) == {"serving.requests": 3, **left}
+    result = api.run(scenario)
+    recorded = result.to_dict()["provenance"]["overrides"]
+    assert recorded == {"serving.requests": 3, **left}
+    assert api.run("llama3.1-8b-1socket", recorded).to_json() == result.to_json()
+
+
+def test_an_override_given_again_replays_in_the_order_it_was_applied() -> None:
+    """A key given again (``a.b``) after a mapping holding it (``a: {b: ...}``) wins in the
+    record as it did in the scenario."""
+    scenario = api.load("llama3.1-8b-1socket", {"serving.requests": 5, "serving": {"requests": 6}})
+    again = api.load(scenario, {"serving.requests": 7})
+    assert again.workload.serving.requests == 7
+    assert api.load("llama3.1-8b-1socket", dict(again.overrides)).workload == again.workload
+
+
 def test_the_simulator_is_this_checkouts_commit() -> None:
     me = simulator()
     assert me.version == __version__

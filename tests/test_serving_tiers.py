@@ -15,6 +15,7 @@ from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.placement import (
+    WeightsSpilledWarning,
     batch_capacity,
     plan_memory,
     weight_inventory,
@@ -170,9 +171,11 @@ def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
     auto = api.run(LLAMA_8B, SHORT).summary()
     assert auto.warnings == [] and auto.memory["ddr"].weights_bytes == 0
     assert auto.weights_placement == "hbm"
-    over = api.run(LLAMA_8B, {**SHORT, "serving.batch_slots": capacity + 4}).summary()
+    with pytest.warns(WeightsSpilledWarning) as caught:  # (a Python warning too)
+        over = api.run(LLAMA_8B, {**SHORT, "serving.batch_slots": capacity + 4}).summary()
     assert over.memory["ddr"].weights_bytes > 0
     (warning,) = over.warnings
+    assert [str(w.message) for w in caught] == [f"{LLAMA_8B}: {warning}"]
     assert f"serving.batch_slots {capacity + 4}" in warning
     assert "read from DDR every step" in warning
     # the placement says it too (it said 'hbm', and a sweep's row showed nothing else)

@@ -36,6 +36,7 @@ import click
 
 from rdu_sim.input_errors import InputError
 from rdu_sim.interrupts import Interrupted, ignore_further, kept_on_stop, stop_within
+from rdu_sim.sim_warnings import RduSimWarning
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -204,8 +205,9 @@ def _show_warning(
     file: Any = None,
     line: str | None = None,
 ) -> None:
-    """rdu-sim's own warnings (a slow step) as one `warning:` line; others as Python's."""
-    if category.__module__.startswith("rdu_sim."):
+    """rdu-sim's own warnings (``RduSimWarning``s: a slow step) as one `warning:` line;
+    others as Python's."""
+    if issubclass(category, RduSimWarning):
         print_warning(str(message))
     else:
         _SHOW_WARNING(message, category, filename, lineno, file, line)

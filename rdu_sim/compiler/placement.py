@@ -72,6 +72,7 @@ from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
+from rdu_sim.sim_warnings import RduSimWarning
 from rdu_sim.speculation import (
     DRAFT_CATCH_UP,
     rollback_tokens,
@@ -1086,6 +1087,11 @@ def weights_placement(scenario: Scenario, placement: Placement) -> str:
     held, wanted = weights_spilled(scenario, placement)
     setting: str = scenario.workload.memory.weights
     return f"{setting}_spilled" if held < wanted else setting
+
+
+class WeightsSpilledWarning(RduSimWarning):
+    """Batch slots pushed weights out of the HBM share ``memory.weights`` gives them: the
+    steps read those from DDR every step (:func:`placement_warnings` says how much)."""
 
 
 def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:

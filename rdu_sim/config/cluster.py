@@ -20,6 +20,7 @@ from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import MIN_RATE
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds, ShortSeconds
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
+from rdu_sim.sim_warnings import RduSimWarning
 
 Role = Literal["mixed", "prefill", "decode"]
 
@@ -80,7 +81,7 @@ class RouterConfig(StrictModel):
         return value
 
 
-class UnreadRouterFieldWarning(UserWarning):
+class UnreadRouterFieldWarning(RduSimWarning):
     """A router field the chosen router does not read: it changes nothing."""
 
 

@@ -2,9 +2,10 @@
 a machine, a serving stack over a stack (a calibrated overlay restates only what it fits).
 
 The one rule both kinds read through: the overlay's fields replace the base's, mappings
-merged key by key; the base is a path relative to the overlay, else a shipped file of that
-kind by name; the base is validated on its own first, so a fault in it is reported in its
-file; a chain that loops is refused.
+merged key by key (``config.merge``, the rule a mapping override follows too); the base is
+a path relative to the overlay, else a shipped file of that kind by name; the base is
+validated on its own first, so a fault in it is reported in its file; a chain that loops is
+refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import KINDS_HELP, file_kind
 from rdu_sim.config.loader import LineMap
+from rdu_sim.config.merge import merged
 from rdu_sim.config.yaml_io import file_problem, read_yaml
 
 EXTENDS = "extends"
@@ -100,16 +102,6 @@ def extends_chain(path: Path, kind: str) -> tuple[Path, ...]:
         if base in chain or not base.is_file():
             return tuple(chain)
         chain.append(base)
-
-
-def merged(base: Any, overlay: Any) -> Any:
-    """``overlay`` over ``base``: mappings key by key, anything else replaced."""
-    if not isinstance(base, Mapping) or not isinstance(overlay, Mapping):
-        return overlay
-    out = dict(base)
-    for key, value in overlay.items():
-        out[key] = merged(base[key], value) if key in base else value
-    return out
 
 
 def overlay_schema(title: str, what: str) -> dict[str, Any]:

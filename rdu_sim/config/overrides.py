@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.merge import merged
 from rdu_sim.config.show import cut_middle
 from rdu_sim.config.yaml_io import MAX_DEPTH, YamlLimitError, load_yaml
+from rdu_sim.sim_warnings import RduSimWarning
 
 HW_PREFIX = "hw."
 STACK_PREFIX = "stack."
@@ -164,17 +167,51 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
     return path, value
 
 
+def plain(value: Any) -> Any:
+    """A deep copy of ``value`` with NumPy's values as the Python values they hold: a
+    scalar (``np.int64(4)``, ``np.bool_(True)``, ``np.float64``) its ``int``, ``bool`` or
+    ``float``, an array its nested list; so ``{"serving.batch_slots": np.int64(4)}`` and a
+    study over ``2 ** np.arange(12, 15)`` validate as 4 and 4096 do, and a result's
+    provenance records plain values. The one place an override's value is made plain
+    (numpy is not imported: a value of its module is told by its type)."""
+    if isinstance(value, Mapping):
+        return {plain(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain(item) for item in value)
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return plain(value.tolist())
+    return copy.deepcopy(value)
+
+
+def written_value(value: Any) -> str:
+    """``value`` as a ``--set`` value the override parser (YAML) reads back equal: a string
+    as itself when it reads back so, else JSON (a YAML subset), else YAML's flow form (a
+    plan's ``reproduce:`` arguments, a mapping of overrides handed where texts are read)."""
+    candidates = [value] if isinstance(value, str) else []
+    candidates.append(json.dumps(value, ensure_ascii=False))
+    flow = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, allow_unicode=True)
+    candidates.append(flow.removesuffix("\n").removesuffix("\n...").strip())
+    for text in candidates:
+        try:
+            if parse_override(f"value={text}")[1] == value:
+                return str(text)
+        except ConfigError:
+            continue
+    return str(candidates[-1])
+
+
 def normalize_overrides(
     overrides: Iterable[str] | Mapping[str, Any] | None, source: str = SET
 ) -> dict[str, Any]:
     """Accept `["a.b=1"]` or `{"a.b": 1}`; return an ordered dict of path -> value, the
     values deep copies: a scenario (and the provenance of what it runs) owns its overrides,
-    so a caller editing its dict afterwards changes nothing already loaded. A string that is
-    no override is an error at ``source``, where it was given."""
+    so a caller editing its dict afterwards changes nothing already loaded. NumPy values
+    become the Python values they hold (:func:`plain`). A string that is no override is an
+    error at ``source``, where it was given."""
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):
-        return {str(k): copy.deepcopy(v) for k, v in overrides.items()}
+        return {str(k): plain(v) for k, v in overrides.items()}
     if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
         # a str is iterable, one character at a time: each would be an override
         raise TypeError(
@@ -196,7 +233,10 @@ def normalize_overrides(
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
-    """Set a dotted path inside nested dicts (creating mappings on the way)."""
+    """Set a dotted path inside nested dicts (creating mappings on the way). A mapping set
+    where a mapping is merges into it (``config.merge``: ``serving.arrival={rate: 2.0}``
+    keeps the arrival's process, as ``serving.arrival.rate=2.0`` does), unless it names
+    another variant (``dist``, ``family`` ...); anything else replaces what was there."""
     parts = path.split(".")
     if len(parts) > MAX_DEPTH:
         raise ConfigError.single(
@@ -218,7 +258,7 @@ def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:
                 f"cannot set inside {where!r}, which is {type(child).__name__}, not a mapping",
             )
         node = child
-    node[parts[-1]] = copy.deepcopy(value)
+    node[parts[-1]] = merged(node.get(parts[-1]), copy.deepcopy(value))
 
 
 def split_overrides(
@@ -239,27 +279,48 @@ def split_overrides(
     return workload, hardware, stack
 
 
-class UnreadFieldWarning(UserWarning):
+class UnreadFieldWarning(RduSimWarning):
     """An override set a field the choice its section makes does not read (``kv.policy``,
-    ``memory.weights``): it changes nothing (:func:`unread_overrides`)."""
+    ``memory.weights``, ``serving.arrival.process``): it changes nothing
+    (:func:`unread_overrides`)."""
+
+
+def set_fields(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields ``overrides`` set, by dotted path, each with its value: a mapping value
+    sets each of its leaves (``serving.arrival={rate: 2.0}`` sets ``serving.arrival.rate``,
+    as ``config.merge`` applies it); an empty mapping sets none. For the rules that ask
+    which fields an override set (a field a choice does not read, a switched KV policy)."""
+    fields: dict[str, Any] = {}
+
+    def walk(path: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+        else:
+            fields[path] = value
+
+    for path, value in overrides.items():
+        walk(path, value)
+    return fields
 
 
 def unread_overrides(
     chooser: str, reads: Iterable[str] | None, overrides: Mapping[str, Any]
 ) -> list[str]:
-    """The keys of ``overrides`` (dotted paths, as ``--set`` gives them) in the section of
-    ``chooser`` (``kv.policy``: ``kv.*``) that its choice does not read (``reads``: the
-    section's fields it does, ``chooser`` aside), each given a value (``null`` unsets a
-    field: a sweep zipping ``kv.budget: [null, 32768]`` with ``kv.policy: [full,
-    snapstream]`` sets none for full); none for an unknown choice (``reads`` None: its own
-    error comes first). One rule for every section whose fields hang on a choice."""
+    """The fields ``overrides`` set (dotted paths, as ``--set`` gives them: ``set_fields``)
+    in the section of ``chooser`` (``kv.policy``: ``kv.*``; ``serving.arrival.process``:
+    ``serving.arrival.*``) that its choice does not read (``reads``: the section's fields it
+    does, ``chooser`` aside), each given a value (``null`` unsets a field: a sweep zipping
+    ``kv.budget: [null, 32768]`` with ``kv.policy: [full, snapstream]`` sets none for full);
+    none for an unknown choice (``reads`` None: its own error comes first). One rule for
+    every section whose fields hang on a choice."""
     if reads is None:
         return []
     read = set(reads)
-    section = chooser.split(".")[0] + "."
+    section = chooser.rpartition(".")[0] + "."
     return [
         key
-        for key, value in overrides.items()
+        for key, value in set_fields(overrides).items()
         if key.startswith(section)
         and key != chooser
         and value is not None

@@ -27,6 +27,7 @@ from pathlib import Path
 from rdu_sim import PACKAGE_DIR
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import KIND_WORDS, USED_BY
+from rdu_sim.input_errors import InputError
 
 FOLDERS = (
     "workloads",
@@ -106,9 +107,24 @@ def root() -> Path:
     return found
 
 
+class UnknownFolderError(ValueError, InputError):
+    """:func:`folder` asked for no shipped folder nor kind (it named ``/work/hardware``)."""
+
+
 def folder(name: str) -> Path:
-    """One shipped folder (``"workloads"``, ``"hw_configs"``, ...) as a path."""
-    return root() / name
+    """One shipped folder (``"workloads"``, ``"hw_configs"``, ``"workloads/sweeps"``, ...)
+    as a path, or the folder of a kind of shipped file (``"hardware"``: ``hw_configs``,
+    :data:`KINDS`); any other name is an UnknownFolderError listing both (a path that does
+    not exist was returned)."""
+    if name in KINDS:
+        return root() / KINDS[name]
+    if name in FOLDERS or name in KINDS.values():
+        return root() / name
+    known = sorted({*FOLDERS, *KINDS.values()})
+    raise UnknownFolderError(
+        f"no shipped folder {name!r}: name a folder ({', '.join(known)}) or a kind of "
+        f"shipped file ({', '.join(KINDS)})"
+    )
 
 
 def is_shipped(path: Path) -> bool:

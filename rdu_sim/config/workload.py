@@ -160,10 +160,22 @@ LengthDistribution = Annotated[
 ]
 
 
+ArrivalProcess = Literal["poisson", "closed_loop", "all_at_once"]
+
+ARRIVAL_READS: dict[str, tuple[str, ...]] = {
+    "poisson": ("rate",),
+    "closed_loop": ("concurrency",),
+    "all_at_once": (),
+}
+"""The ``serving.arrival`` fields each process reads (``process`` itself aside); an override
+of another warns that it changes nothing (``scenario._warn_unread``, the rule ``kv`` fields
+follow under their policy)."""
+
+
 class ArrivalConfig(StrictModel):
     """When requests arrive."""
 
-    process: Literal["poisson", "closed_loop", "all_at_once"] = Field(
+    process: ArrivalProcess = Field(
         default="closed_loop",
         description="poisson: arrivals at rate per second; closed_loop: each user sends its "
         "next request when the last finishes; all_at_once: every request at time 0",
@@ -179,7 +191,7 @@ class ArrivalConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _rate_for_poisson(self) -> Self:
+    def _rate_for_poisson(self) -> Self:  # (a field a process does not read: ARRIVAL_READS)
         if self.process == "poisson" and self.rate is None:
             raise FieldProblem("rate", "is required for process 'poisson'")
         return self

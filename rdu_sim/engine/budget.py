@@ -16,11 +16,10 @@ would fit; a change that gives a work item no event of its own must change it to
 
 from __future__ import annotations
 
-import warnings
-
 from rdu_sim.compiler.program import KernelProgram
 from rdu_sim.engine.tile_work import TileWork
 from rdu_sim.input_errors import InputError
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 
 class EventBudgetError(ValueError, InputError):
@@ -33,7 +32,7 @@ the bound: a minute or more in pure Python), so the user is told before it runs.
 workload's default steps come near it; 4096 tiles per stage (the most) pass it."""
 
 
-class SlowStepWarning(UserWarning):
+class SlowStepWarning(RduSimWarning):
     """A step whose simulation will take long (its least events past ``SLOW_STEP_EVENTS``);
     the CLI prints it as one `warning:` line."""
 
@@ -44,13 +43,12 @@ def warn_if_slow(least: int, what: str, tiles: int, setting: int) -> None:
     ``engine.tiles_per_stage`` (the compiler cuts a kernel finer when its buffers need it, or
     when that re-reads its weights less: ``compile.choose_tiles``)."""
     if least > SLOW_STEP_EVENTS:
-        warnings.warn(
+        warn(
             SlowStepWarning(
                 f"{what} simulates at least {least:,} SimPy events (up to {tiles:,} tiles "
                 f"per stage and call; engine.tiles_per_stage = {setting}): it may take a "
                 "minute or more; fewer tiles simulate faster"
-            ),
-            stacklevel=3,
+            )
         )
 
 

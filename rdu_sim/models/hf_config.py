@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +54,7 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.loader import MAX_DEPTH, MAX_FILE_BYTES, close_name, file_problem
 from rdu_sim.config.yaml_io import read_text_file
 from rdu_sim.models.layers import Architecture
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 FAMILIES = {
     "llama": "llama",
@@ -313,7 +313,7 @@ read and not warned about; any other key the model_type does not read is (docs/m
 "config.json keys read")."""
 
 
-class UnreadKeyWarning(UserWarning):
+class UnreadKeyWarning(RduSimWarning):
     """config.json keys that are neither read for the model_type nor in HARMLESS_KEYS; the
     CLI prints it as one `warning:` line."""
 
@@ -614,12 +614,11 @@ def _warn_unread(r: _Reader, unread: list[str]) -> None:
         if close is not None:
             where.append(f"did you mean {close!r}?")
         named.append(f"{r.prefix}{key}" + (f" ({'; '.join(where)})" if where else ""))
-    warnings.warn(
+    warn(
         UnreadKeyWarning(
             f"{r.file}: not read for model_type {r.model_type}, so they change nothing: "
             f"{', '.join(named)} (docs/models.md, config.json keys read)"
-        ),
-        stacklevel=3,
+        )
     )
 
 

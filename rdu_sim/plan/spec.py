@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from rdu_sim import human
 from rdu_sim.cluster.scenario import ClusterScenario, build_cluster
@@ -29,7 +26,7 @@ from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.kinds import kind_problem, refuse_other_kind
 from rdu_sim.config.loader import LineMap, read_yaml, validate
-from rdu_sim.config.overrides import parse_override
+from rdu_sim.config.overrides import written_value as written_value  # (re-exported)
 from rdu_sim.config.plan import PlanSpec, parse_ratio
 from rdu_sim.config.units import parse_seconds
 from rdu_sim.kv import policy_names
@@ -293,22 +290,6 @@ def exact_duration(seconds: float) -> str:
         except ValueError:  # a form the parser does not take ('1,000 days')
             break
     return repr(seconds)
-
-
-def written_value(value: Any) -> str:
-    """``value`` as a ``--set`` value the override parser (YAML) reads back equal: a string
-    as itself when it reads back so, else JSON (a YAML subset), else YAML's flow form."""
-    candidates = [value] if isinstance(value, str) else []
-    candidates.append(json.dumps(value, ensure_ascii=False))
-    flow = yaml.safe_dump(value, default_flow_style=True, width=1 << 20, allow_unicode=True)
-    candidates.append(flow.removesuffix("\n").removesuffix("\n...").strip())
-    for text in candidates:
-        try:
-            if parse_override(f"value={text}")[1] == value:
-                return str(text)
-        except ConfigError:
-            continue
-    return str(candidates[-1])
 
 
 def resolved_cluster(cluster: ClusterScenario) -> dict[str, Any]:

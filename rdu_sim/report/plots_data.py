@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rdu_sim.input_errors import InputError
 from rdu_sim.report.summary import RunSummary, TierMemory
 
 __all__ = [
@@ -60,8 +61,9 @@ _MISSING = object()
 Columns = Mapping[str, NDArray[np.float64]]
 
 
-class PlotInputError(ValueError):
-    """The results lack a quantity a plot needs, or are not results at all."""
+class PlotInputError(ValueError, InputError):
+    """The results lack a quantity a plot needs, or are not results at all: bad input, an
+    ``rdu_sim.InputError`` as every other (the CLI's one ``error:`` line, exit 2)."""
 
 
 def number(value: Any, what: str) -> float:

@@ -8,6 +8,7 @@ and ``step_shapes()``.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -17,8 +18,15 @@ from typing import Any
 from numpy.typing import NDArray
 
 from rdu_sim.report.files import ROWS_PER_BLOCK
-from rdu_sim.report.summary import RunSummary, request_columns, series_columns, summarize
+from rdu_sim.report.summary import (
+    RunSummary,
+    request_columns,
+    run_warnings,
+    series_columns,
+    summarize,
+)
 from rdu_sim.serving.run import ServingRun
+from rdu_sim.sim_warnings import warn
 
 __all__ = ["RunResult"]
 
@@ -38,8 +46,17 @@ class RunResult(ServingRun):
         return summarize(self)
 
     def summary(self) -> RunSummary:
-        """The run's metrics, typed (computed once)."""
-        return self._summary
+        """The run's metrics, typed (computed once): a copy of its own each call, so editing
+        one (its dicts, its lists) changes nothing of a later ``to_dict()`` or ``summary()``."""
+        return copy.deepcopy(self._summary)
+
+    def warn(self) -> None:
+        """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``)
+        as Python warnings of their classes, each naming the workload file, attributed to
+        the first line outside rdu-sim (``sim_warnings.warn``: ``api.run``'s caller)."""
+        for found in run_warnings(self, self._summary.speculation):
+            message = type(found)(f"{self.scenario.workload_file}: {found}")
+            warn(message)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (see docs/serving.md): metrics, memory, identity."""

@@ -15,6 +15,7 @@ from rdu_sim.serving.acceptance import expected_tokens_per_round
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.speculative import PrefillSaving
 from rdu_sim.serving.step_cache import PS_PER_S
+from rdu_sim.sim_warnings import RduSimWarning
 
 __all__ = [
     "DraftMemory",
@@ -151,6 +152,11 @@ def _decoding(run: ServingRun) -> SpeculativeDecoding | None:
         else None,
         draft_share_of_round=draft_s / round_s if draft_s is not None and round_s else None,
     )
+
+
+class SlowSpeculationWarning(RduSimWarning):
+    """Speculative decoding made decoding slower than the plain step would have
+    (:func:`speculation_warnings` says by how much and why)."""
 
 
 def speculation_warnings(summary: SpeculationSummary | None) -> list[str]:

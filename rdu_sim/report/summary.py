@@ -84,6 +84,7 @@ from numpy.typing import NDArray
 
 from rdu_sim import __version__, human
 from rdu_sim.compiler.placement import (
+    WeightsSpilledWarning,
     capacity_words,
     coe_capacity_words,
     placement_warnings,
@@ -101,18 +102,20 @@ from rdu_sim.report.coe import CoESummary, coe_summary
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
 from rdu_sim.report.speculation import (
+    SlowSpeculationWarning,
     SpeculationSummary,
     draft_devices,
     speculation_summary,
     speculation_warnings,
 )
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.limits import unchunked_words
+from rdu_sim.serving.limits import UnchunkedPromptWarning, unchunked_words
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
+from rdu_sim.sim_warnings import RduSimWarning
 
 
 def utilization(cache: StepCache, span: float, *others: StepCache) -> dict[str, float]:
@@ -683,6 +686,22 @@ def _latencies(records: ServingRecords) -> _Latencies:
     )
 
 
+def run_warnings(run: ServingRun, speculation: SpeculationSummary | None) -> list[RduSimWarning]:
+    """What a reader of the run must be told, each as the warning of its kind (a class a
+    script can filter): weights pushed to DDR, speculation slower than plain decoding,
+    prompts past the stack's token budget. The one rule for both: a run's report and JSON
+    say their words (``warnings``), and ``api.run`` emits them (``RunResult.warn``)."""
+    scenario = run.scenario
+    found: list[RduSimWarning] = []
+    if not run.coe:  # a CoE plan keeps its experts in DDR and caches them in HBM by design
+        found += [WeightsSpilledWarning(w) for w in placement_warnings(scenario, run.placement)]
+    found += [SlowSpeculationWarning(w) for w in speculation_warnings(speculation)]
+    unchunked = unchunked_words(scenario, run.requests_in.prompt_tokens)
+    if unchunked is not None:
+        found.append(UnchunkedPromptWarning(unchunked))
+    return found
+
+
 def summarize(run: ServingRun) -> RunSummary:
     """The metrics of a serving run, from the records its serving simulation emitted."""
     scenario, records, cache, batch_slots = run.scenario, run.records, run.cache, run.batch_slots
@@ -757,10 +776,7 @@ def summarize(run: ServingRun) -> RunSummary:
         memory=memory_summary(run.placement),
         memory_stage=run.placement.pipeline_stage if run.placement.pipeline_stage >= 0 else None,
         weights_placement="coe" if run.coe else weights_placement(scenario, run.placement),
-        # a CoE plan keeps its experts in DDR and caches them in HBM by design (serving.coe)
-        warnings=([] if run.coe else placement_warnings(scenario, run.placement))
-        + speculation_warnings(speculation)
-        + [w for w in (unchunked_words(scenario, run.requests_in.prompt_tokens),) if w is not None],
+        warnings=[str(said) for said in run_warnings(run, speculation)],
         decode_step=decode_step_bound(run),
         coe=coe_summary(run.coe, records) if run.coe is not None else None,
         requests=len(records),

@@ -8,7 +8,6 @@ the serving level can be checked against closed-form step times.
 
 from __future__ import annotations
 
-import warnings
 from functools import partial
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import decode_cache
 from rdu_sim.shapes import StepShape
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 __all__ = ["Backend", "EngineBackend", "resolve_batch_slots"]
 
@@ -125,7 +125,7 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     return capacity, scenario.workload.serving.slots_for(lambda: capacity)
 
 
-class StepOverPoolWarning(UserWarning):
+class StepOverPoolWarning(RduSimWarning):
     """A decode step's batch of sequences needs more pages than a paged stack's KV pool
     holds: no run of this stack would hold them all at once."""
 
@@ -154,13 +154,12 @@ def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: in
     tokens = decode_cache(scenario, context).context
     each = pool.request_pages(tokens, 1)
     if batch * each > pool.pages:
-        warnings.warn(
+        warn(
             StepOverPoolWarning(
                 f"{scenario.workload_file}: a decode step of {batch:,} sequences of "
                 f"{tokens:,} cached tokens needs {batch * each:,} KV pages of "
                 f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
                 f"{scenario.stack.name} pool holds (at most {pool.pages // each:,} such "
                 "sequences at once)"
-            ),
-            stacklevel=3,
+            )
         )

@@ -26,7 +26,6 @@ in practice (1.6x the measured rows on a million Llama requests): the shipped wo
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +39,7 @@ from rdu_sim.kv.paged import PagedKV
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
+from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.speculation import target_prompt
 
 SLOTS_PER_UNIT = 40_000
@@ -210,7 +210,7 @@ def _advice(estimate: RunEstimate, scenario: Scenario) -> str:
     return "; ".join(hints)
 
 
-class UnchunkedPromptWarning(UserWarning):
+class UnchunkedPromptWarning(RduSimWarning):
     """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
 
 
@@ -238,7 +238,7 @@ def warn_unchunked(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> None
     """:func:`unchunked_words` as a warning (UnchunkedPromptWarning) naming the workload."""
     words = unchunked_words(scenario, prompt_tokens)
     if words is not None:
-        warnings.warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"), stacklevel=3)
+        warn(UnchunkedPromptWarning(f"{scenario.workload_file}: {words}"))
 
 
 def check_pool(

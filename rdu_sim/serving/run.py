@@ -25,7 +25,7 @@ from rdu_sim.serving.backend import Backend, resolve_batch_slots
 from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError, to_s
 from rdu_sim.serving.coe import CoEPlan, CoEStats, plan_coe, serve_coe
-from rdu_sim.serving.limits import check_pool, check_run, warn_unchunked
+from rdu_sim.serving.limits import check_pool, check_run
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
@@ -164,7 +164,6 @@ def serve_scenario(
     capacity, slots, placement, draft_placement, coe_plan = _plan(scenario, backend)
     requests = scenario_requests(scenario, slots)
     check_run(scenario, slots, requests)  # refuse absurd runs before simulating
-    warn_unchunked(scenario, requests.prompt_tokens)
     # a partial, not a closure: the result (holding its cache) must pickle (``api`` docstring)
     cache = StepCache(partial(backend.step_cost, scenario))
     speculation = _speculation(scenario, backend, requests)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -39,6 +40,7 @@ from rdu_sim import human, interrupts
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
+from rdu_sim.config.show import cut_middle
 from rdu_sim.report.files import refuse_overwrite
 from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
@@ -105,9 +107,10 @@ class Plan:
         return f"{line}; {self.other_code}" if self.other_code else line
 
 
-@dataclass
+@dataclass(repr=False)
 class SweepSummary:
-    """What a sweep run did."""
+    """What a sweep run did (its repr a line: the keys and the plan are thousands of
+    characters a point)."""
 
     name: str
     db: Path
@@ -124,6 +127,13 @@ class SweepSummary:
     elsewhere: int = 0  # points another process ran and stored meanwhile (``claims``)
     failed_elsewhere: int = 0  # of those, failed
     unrun: int = 0  # points the database holds no row of once the sweep ended
+
+    def __repr__(self) -> str:
+        return (
+            f"SweepSummary(name={self.name!r}, db={str(self.db)!r}, points={self.points}, "
+            f"ran={self.ran}, done={self.done}, failed={self.failed}, "
+            f"already_done={self.already_done}, wall_s={self.wall_s:.3g})"
+        )
 
     def describe(self) -> str:
         """One line for people; "nothing to run" only when every point has its row."""
@@ -456,6 +466,11 @@ def run_sweep(
     Call it under `if __name__ == "__main__":` in scripts: worker processes re-import the
     main module.
     """
+    if not isinstance(spec, str | os.PathLike):  # (pathlib's TypeError named nothing)
+        raise TypeError(
+            f"spec must be a sweep spec file's path (str or Path) or a shipped sweep's name, "
+            f"not {type(spec).__name__} {cut_middle(repr(spec))} (write a mapping to a file)"
+        )
     with interrupts.handled():  # from Python too, a stop keeps every finished point
         return _run_sweep(
             spec, db, workers, cluster, retry_failed, rerun, dry_run, progress, evaluator, writes

@@ -278,8 +278,9 @@ class LoadedSpec:
 
 def _duplicates(loaded: LoadedSpec) -> None:
     """A field may be set by one place only: `set`, one axis, or one zip group; and a path
-    may not lie inside another one given (``serving.seed`` and ``serving: {seed: 2}``): an
-    override replaces the whole mapping at its path, so which one wins would be up to order."""
+    may not lie inside another one given (``serving.seed`` and ``serving: {seed: 2}``): a
+    mapping set at a path merges into the fields under it (``config.merge``), so which value a
+    field set in both takes would be up to their order."""
     seen: dict[str, tuple[str, ...]] = {}
     spec = loaded.spec
     places: list[tuple[tuple[str, ...], str]] = [(("set", p), p) for p in spec.set]
@@ -297,8 +298,8 @@ def _duplicates(loaded: LoadedSpec) -> None:
             if inner.startswith(outer + "."):
                 raise loaded.error(
                     f"{path!r} overlaps {other!r} (given at {'.'.join(at)}): {outer!r} "
-                    f"replaces the whole mapping that holds {inner!r}, so set the field in one "
-                    "place only (both dotted, or both inside the mapping)",
+                    f"holds {inner!r}, so which value wins would be up to their order; set the "
+                    "field in one place only (both dotted, or both inside the mapping)",
                     *where,
                 )
         seen[path] = where

@@ -33,7 +33,6 @@ import os
 import sqlite3
 import time
 import urllib.parse
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
 from rdu_sim.report.files import made_through_link, make_folder
+from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.sweep.claims import Owner
 
 SCHEMA_VERSION = 1
@@ -112,7 +112,7 @@ class StoreError(ConfigError):
     """The sweep database cannot be read or written (it names the file and the operation)."""
 
 
-class DamagedRowWarning(UserWarning):
+class DamagedRowWarning(RduSimWarning):
     """A stored row one of whose columns holds what rdu-sim never writes there, read as a
     point not computed (the CLI prints it as one `warning:` line)."""
 
@@ -748,12 +748,11 @@ class Store:
             if key not in self._warned:
                 self._warned.add(key)
                 then = "runs again" if self._writer else "is left out (its sweep runs it again)"
-                warnings.warn(
+                warn(
                     DamagedRowWarning(
                         f"{self.path}: point {key[:12]}: column {damage.column} holds "
                         f"{damage.problem}; the point counts as not computed and {then}"
-                    ),
-                    stacklevel=3,
+                    )
                 )
             return None
 

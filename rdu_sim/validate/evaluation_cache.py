@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import warnings
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +25,7 @@ from typing import IO, Any
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.yaml_io import file_problem, read_complete_lines
 from rdu_sim.interrupts import deferred
+from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.validate.targets import Evaluated
 
 MAX_CACHE_BYTES = 256 << 20
@@ -36,7 +36,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 KINDS = ("row", "figures")
 
 
-class CutLineWarning(UserWarning):
+class CutLineWarning(RduSimWarning):
     """A cache's last line cut short, dropped (the CLI prints it as one `warning:` line)."""
 
 
@@ -74,13 +74,12 @@ class EvaluationCache:
             if line.strip():
                 self._entry(line, number)
         if cut:  # no newline at its end: the process stopped while writing it
-            warnings.warn(
+            warn(
                 CutLineWarning(
                     f"{path}:{len(lines) + 1}: the last line was cut short (a run stopped "
                     f"while writing it): dropped; the {len(self.entries)} simulation(s) "
                     "before it are reused"
-                ),
-                stacklevel=2,
+                )
             )
 
     def _entry(self, line: str, number: int) -> None:

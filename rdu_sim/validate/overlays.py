@@ -33,6 +33,7 @@ from typing import Any
 
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import GivenText
+from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.validate.scope import HW, STACK, Fixed, Scoped
 
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -257,10 +258,13 @@ def held_out_in(path: Path, held_out: Sequence[tuple[str, str]]) -> None:
         )
 
 
+class MissingFittedFileWarning(RduSimWarning):
+    """An overlay records rows of measurement files not found (``_warn_missing``)."""
+
+
 def _warn_missing(path: Path, fitted: Sequence[str]) -> None:
     """A warning naming the measurement files an overlay records rows of that are not found
     (moved, or the overlay was): a held-out row of them cannot be told from the record."""
-    import warnings
 
     files = sorted(
         {
@@ -270,12 +274,13 @@ def _warn_missing(path: Path, fitted: Sequence[str]) -> None:
         }
     )
     if files:
-        warnings.warn(
-            f"{path}: the {FITTED_TARGETS.strip()} line names {', '.join(files)}, not found "
-            "(the overlay or the file moved): a row of it held out here cannot be told from "
-            "the fitted ones; write the overlay again with `rdu-sim calibrate` (it records "
-            "its rows by content too)",
-            stacklevel=2,
+        warn(
+            MissingFittedFileWarning(
+                f"{path}: the {FITTED_TARGETS.strip()} line names {', '.join(files)}, not found "
+                "(the overlay or the file moved): a row of it held out here cannot be told from "
+                "the fitted ones; write the overlay again with `rdu-sim calibrate` (it records "
+                "its rows by content too)"
+            )
         )
 
 

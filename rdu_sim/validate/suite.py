@@ -27,13 +27,24 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 from rdu_sim import api, api_cluster
 from rdu_sim.cluster.scenario import build_cluster
 from rdu_sim.cluster.simulate import ClusterRun
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, SUITE, given, normalize_overrides
+from rdu_sim.config.overrides import (
+    API,
+    HW_PREFIX,
+    STACK_PREFIX,
+    SUITE,
+    given,
+    normalize_overrides,
+    set_fields,
+    written_value,
+)
+from rdu_sim.config.show import cut_middle
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -175,7 +186,7 @@ def read_by(path: str | Path, overrides: Sequence[str]) -> list[str]:
     given = normalize_overrides(overrides)
     policy = given.get("kv.policy") or api.load(path).workload.kv.policy
     unread = set(unread_overrides(str(policy), given))
-    return [o for o in overrides if not unread & set(normalize_overrides([o]))]
+    return [o for o in overrides if not unread & set(set_fields(normalize_overrides([o])))]
 
 
 def plan_run(path: str | Path, overrides: Sequence[str], quick: bool) -> list[str]:
@@ -319,28 +330,54 @@ def reference_prompt(snapstream: str | Path, overrides: Sequence[str]) -> int | 
     return compressed_prompt(scenario, scenario.kv_policy.slot_tokens())
 
 
+def suite_overrides(overrides: Iterable[str] | Mapping[str, Any], name: str) -> list[str]:
+    """The caller's overrides as the suite's texts (``PATH=VALUE``, each marked as given at
+    ``overrides``, the API's argument, unless it says where: the CLI's ``--set``): a mapping
+    (``{"serving.requests": 8}``, as ``api.run`` takes) or a sequence of texts; a bare
+    string (read a character at a time) or anything else is a TypeError naming ``name``."""
+    if isinstance(overrides, str | bytes) or not isinstance(overrides, Mapping | Iterable):
+        raise TypeError(
+            f"{name} must be a mapping ({{'serving.requests': 8}}) or a sequence of "
+            f"'field.path=value' strings (['serving.requests=8']), not "
+            f"{type(overrides).__name__} {cut_middle(repr(overrides))}"
+        )
+    if isinstance(overrides, Mapping):
+        values = normalize_overrides(overrides, API)
+        return given([f"{path}={written_value(v)}" for path, v in values.items()], API)
+    texts = list(overrides)
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(
+                f"{name}: each of a sequence of overrides must be a 'field.path=value' "
+                f"string, not {type(text).__name__} {cut_middle(repr(text))}"
+            )
+    return given(texts, API)
+
+
 def run_suite(
     *,
     quick: bool = False,
-    overrides: Iterable[str] = (),
+    overrides: Iterable[str] | Mapping[str, Any] = (),
     snapstream: str | Path = SNAPSTREAM_WORKLOAD,
     full: str | Path = FULL_WORKLOAD,
     figures: Sequence[Figure] = FIGURES,
     parallel: bool = True,
-    scaling_overrides: Iterable[str] | None = None,
+    scaling_overrides: Iterable[str] | Mapping[str, Any] | None = None,
 ) -> SuiteResult:
     """Run both deployments and the smaller measurements (``overrides`` apply to every
     DeepSeek-R1 run; the Llama 3.1 steps of the Kernel Looping figures, their own workload,
     take ``scaling_overrides``, by default the ``hw.`` ones of ``overrides``: the hardware
-    file is shared) and compare with the published figures."""
-    ovr = list(overrides)
+    file is shared) and compare with the published figures. ``overrides`` and
+    ``scaling_overrides`` are a mapping or a sequence of ``PATH=VALUE`` texts
+    (``suite_overrides``)."""
+    ovr = suite_overrides(overrides, "overrides")
     # bad input fails here, in this process, before anything is simulated
     plans = [(path, plan_run(path, read_by(path, ovr), quick)) for path in (snapstream, full)]
     prompt = reference_prompt(snapstream, read_by(snapstream, ovr))
     hardware_ovr = (
         [o for o in ovr if o.strip().startswith(HW_PREFIX)]
         if scaling_overrides is None
-        else list(scaling_overrides)
+        else suite_overrides(scaling_overrides, "scaling_overrides")
     )
     if parallel:  # a signal stops the workers' runs too (interrupts.start_worker)
         spawn = get_context("spawn")

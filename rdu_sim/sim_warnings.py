@@ -1,0 +1,47 @@
+"""The base of every warning rdu-sim emits: ``rdu_sim.RduSimWarning``, a ``UserWarning``.
+
+A script filters them all at once (``warnings.simplefilter("ignore", rdu_sim.RduSimWarning)``,
+or ``"error"`` to stop at the first) or one kind by its class; the CLI prints each as one
+``warning:`` line (``cli.errors``). Subclassing it is what makes a warning rdu-sim's (the
+one rule; tests/test_sim_warnings.py checks every warning class in the package does). The
+kinds, each where its rule lives:
+
+- a field set that the choice of its section does not read: ``config.overrides.
+  UnreadFieldWarning`` (``kv.policies.UnreadKVFieldWarning``), ``config.cluster.
+  UnreadRouterFieldWarning``, a config.json's keys ``models.hf_config.UnreadKeyWarning``;
+- a run's warnings, also its report's ``warnings`` (one rule: ``report.summary.
+  run_warnings``): weights pushed to DDR ``compiler.placement.WeightsSpilledWarning``,
+  speculation slower than plain decoding ``report.speculation.SlowSpeculationWarning``,
+  prompts past the stack's token budget ``serving.limits.UnchunkedPromptWarning``;
+- a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
+  StepOverPoolWarning`` (more pages than the pool holds);
+- a cluster: ``api_cluster.EmptyPrefixCacheWarning``;
+- stored data: ``sweep.store.DamagedRowWarning``, ``validate.evaluation_cache.
+  CutLineWarning``, ``validate.overlays.MissingFittedFileWarning``.
+
+This module imports nothing (the CLI's warning printer reads it at no cost).
+"""
+
+from __future__ import annotations
+
+__all__ = ["RduSimWarning"]
+
+
+class RduSimWarning(UserWarning):
+    """The base of every warning rdu-sim emits (this module's docstring lists them)."""
+
+
+_PACKAGE = __file__.rpartition("/")[0] + "/"  # (this module imports nothing: no pathlib)
+
+
+def warn(warning: RduSimWarning) -> None:
+    """``warnings.warn(warning)`` attributed to the first frame outside the rdu_sim package:
+    the caller's line (``api.load(W, {...})`` in a script or a notebook cell), not the
+    scenario loader's, however deep inside the package the rule that warns sits."""
+    import sys
+    import warnings
+
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)
