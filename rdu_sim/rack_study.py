@@ -22,7 +22,12 @@ from rdu_sim.compiler import CapacityError
 from rdu_sim.config.parallelism import replica_batch, replica_devices
 
 RACKS_SOCKETS = 64
-TP16: Mapping[str, Any] = {"parallelism": {"tp": 16, "mla_cache_layout": "sequence_split"}}
+TP16: Mapping[str, Any] = {
+    "parallelism.tp": 16,
+    "parallelism.dp_attention": 1,
+    "parallelism.ep": 1,
+    "parallelism.mla_cache_layout": "sequence_split",
+}
 """Four replicas of sixteen sockets, a rack each (deepseek-r1-128k-full's split)."""
 
 
