@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from test_serving_alone import policy_of, round_step
 from rdu_sim import native, plugins
 from rdu_sim.cluster.routers import PoolState
 from rdu_sim.cluster.routers import base as routers_base
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.provenance import outside_code
 from rdu_sim.serving.batching import ADMIT, NO_PREFILL, QueueView, register
@@ -299,6 +301,60 @@ def test_the_shipped_policies_are_never_asked_where_to_admit() -> None:
         for name in ("prefill_first", "decode_first", "static")
     )
     assert batching_base.chooses_admission(ShortestFirst())
+
+
+class Rotating(PrefillFirst):
+    """Each answer the next position round the queue: a policy with state, whose every call
+    answers differently (the queue as it was and the request chosen, call by call; each one
+    made is kept in ``MADE``)."""
+
+    MADE: ClassVar[list[Rotating]] = []
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[int], int]] = []
+        Rotating.MADE.append(self)
+
+    def admit_from(self, queue: QueueView) -> int:
+        position = len(self.calls) % len(queue)
+        self.calls.append(([queue.request(i) for i in range(len(queue))], queue.request(position)))
+        return position
+
+
+def _rotating(prompts: list[int], slots: int) -> tuple[Any, Rotating]:
+    """``prompts`` served by ``slots`` under :class:`Rotating`, in a paged pool of 200 pages of
+    16 tokens (a 3,000-token prompt takes 188, a 100-token one 7): the records and the
+    policy."""
+    register("rotating_test", Rotating)
+    Rotating.MADE.clear()
+    pool = PagedKV(page_tokens=16, pages=200, slot_tokens=4096)
+    records = _serve("rotating_test", prompts, slots, kv_pool=pool)
+    (policy,) = Rotating.MADE
+    assert (records.completions == 1).all() and (records.first_token_ps > 0).all()
+    assert 0 < records.counts.kv_pages_peak <= 200
+    return records, policy
+
+
+def test_an_admission_takes_the_request_its_decision_checked(registries: None) -> None:
+    """A pool that holds one long prompt and one short, three slots: a policy whose every
+    answer differs is asked once a decision, and the request the KV pool was checked for is
+    the one admitted (asked again at the admission, it admitted one that did not fit:
+    'admitted beyond the KV pool'). Between two calls at most one request left the queue,
+    the one the earlier call chose."""
+    prompts = [100, 3000, 100, 100, 3000, 3000, 100]
+    _records, policy = _rotating(prompts, 3)
+    calls = policy.calls
+    left = [set(before) - set(after) for (before, _), (after, _) in itertools.pairwise(calls)]
+    assert all(gone <= {chosen} for gone, (_, chosen) in zip(left, calls[:-1], strict=True))
+    assert sum(map(len, left)) == len(prompts) - 1  # the last admitted after the last call
+
+
+def test_admit_from_is_asked_once_an_admission_with_one_slot(registries: None) -> None:
+    """One slot, a pool that holds any one request: only a decision with the slot free and a
+    request waiting asks (not the admission again, nor a decode run's plan), and it admits
+    the request chosen: the admissions are the answers, in order."""
+    records, policy = _rotating([100, 3000, 300, 900, 50], 1)
+    admitted = np.argsort(records.admit_ps, kind="stable").tolist()
+    assert [chosen for _, chosen in policy.calls] == admitted == [0, 2, 4, 3, 1]
 
 
 # --- answers checked where they are used ----------------------------------------------------
