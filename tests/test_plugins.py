@@ -28,6 +28,7 @@ from test_serving_alone import policy_of, round_step
 from rdu_sim import native, plugins
 from rdu_sim.cluster.routers import PoolState
 from rdu_sim.cluster.routers import base as routers_base
+from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.kv.paged import PagedKV
 from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.provenance import outside_code
@@ -517,6 +518,54 @@ def test_the_docs_router_gets_the_clusters_seed(tmp_path: Path, registries: None
     routers_base._REGISTRY["p2c"] = factory
     code = fake(path).provenance()["plugins"]["router.policy"]
     assert (code["name"], code["package"]) == ("p2c.PowerOfTwoChoices", "p2c")
+
+
+def test_a_router_seed_of_its_own_seeds_a_router_over_a_trace(
+    tmp_path: Path, registries: None
+) -> None:
+    """router.seed seeds a router that takes one, traffic.seed its default (the rule,
+    ``ClusterConfig.router_seed``): over a trace (no traffic.seed) 0, or router.seed, which
+    changes the routing; with synthetic traffic it overrides traffic.seed. traffic.seed
+    with a trace is refused, pointing at router.seed; router.seed given to a router that
+    takes none warns that it changes nothing."""
+
+    @routers_base.register("drawing")
+    class Drawing:
+        seeds: ClassVar[list[int]] = []
+
+        def __init__(self, seed: int) -> None:
+            Drawing.seeds.append(seed)
+            self.rng = np.random.default_rng(seed)
+
+        def choose(self, request: int, pool: PoolState) -> int:
+            return int(self.rng.integers(len(pool)))
+
+    synthetic = write_cluster(tmp_path, router={"policy": "drawing"})
+    fake(synthetic, {"router.seed": 9})
+    assert Drawing.seeds == [9, 10]  # the front router's, the decode pool's
+    traffic = {"trace": "t.csv"}
+    (tmp_path / "t.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens\n"
+        + "".join(f"{i * 0.05},{300 + 7 * i},{2 + i % 5}\n" for i in range(60))
+    )
+    path = write_cluster(tmp_path, router={"policy": "drawing"}, traffic=traffic)
+    Drawing.seeds.clear()
+    zero, three, again = fake(path), fake(path, {"router.seed": 3}), fake(path)
+    assert Drawing.seeds == [0, 1, 3, 4, 0, 1]
+    for result in (zero, three, again):
+        assert_served_once(result)
+    routed = [r.run.records.replica.tolist() for r in (zero, three, again)]
+    assert routed[0] == routed[2] != routed[1]
+    message = one_error(invoke("run", str(path), "--set", "traffic.seed=3"), "traffic").partition(
+        "traffic: "
+    )[2]
+    assert message == (
+        "traffic.seed only applies to synthetic traffic, not a trace (a router's seed is "
+        "router.seed) (from --set traffic.seed)"
+    )
+    rr = write_cluster(tmp_path, router={"policy": "round_robin", "seed": 4}, traffic=traffic)
+    with pytest.warns(UnreadRouterFieldWarning, match="round_robin takes no seed .* a seed of 4"):
+        fake(rr)
 
 
 def test_a_name_unknown_where_it_is_made_says_how_a_worker_finds_a_plugin() -> None:
