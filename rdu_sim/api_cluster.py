@@ -100,6 +100,7 @@ class PoolResolved:
             layout=scenario.workload.parallelism.layout(),
             sockets=self.pool.sockets,
             kv_policy=scenario.workload.kv.policy,
+            batching_policy=scenario.workload.serving.prefill_priority,
             batch_capacity=self.batch_capacity,
             batch_slots=self.runtime.config.batch_slots,
             prefix_cache_blocks=self.runtime.prefix_blocks,
