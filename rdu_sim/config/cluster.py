@@ -51,11 +51,9 @@ class RouterConfig(StrictModel):
         default="least_outstanding",
         min_length=1,
         max_length=100,
-        description="the router by registered name (rdu_sim.cluster.routers, checked when the "
-        "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica holding the "
-        "fewest tokens (prompt tokens still to prefill plus KV tokens held: no output length "
-        "still to come is known, rdu_sim.serving.load); 'prefix_aware' the same count minus "
-        "the prompt tokens its prefix cache already holds; or a plugin's (rdu_sim.plugins)",
+        description="the router by registered name (the registry in rdu_sim.cluster.routers "
+        "is the one list of valid names, a plugin's included: rdu_sim.plugins; checked when "
+        "the cluster is loaded; docs/cluster.md describes the shipped ones)",
     )
     load_refresh: Seconds = Field(
         default=0.0,
