@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 from rdu_sim import __version__
 from rdu_sim.api import Backend, EngineBackend, Overrides, check_progress, resolve_batch_slots
 from rdu_sim.cluster.replica import PoolRuntime
+from rdu_sim.cluster.routers.base import reads_load, router_factory, takes_seed
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
 from rdu_sim.cluster.simulate import ClusterRun, simulate_cluster
 from rdu_sim.cluster.traffic import (
@@ -99,6 +100,7 @@ class PoolResolved:
             layout=scenario.workload.parallelism.layout(),
             sockets=self.pool.sockets,
             kv_policy=scenario.workload.kv.policy,
+            batching_policy=scenario.workload.serving.prefill_priority,
             batch_capacity=self.batch_capacity,
             batch_slots=self.runtime.config.batch_slots,
             prefix_cache_blocks=self.runtime.prefix_blocks,
@@ -471,6 +473,27 @@ def plan_cluster(
     return fit, labels, pools
 
 
+def _warn_unread_router_fields(cluster: ClusterScenario) -> None:
+    """An UnreadRouterFieldWarning for each router field the chosen router does not read
+    (what it reads is the router class's: ``routers.base.reads_load``, ``takes_seed``)."""
+    router = cluster.config.router
+    factory = router_factory(router.policy)
+    assert factory is not None  # (checked when the cluster was loaded)
+    unread = []
+    if router.load_refresh and not reads_load(factory):
+        unread.append(
+            f"router.load_refresh: {router.policy} reads no replica's load, so a refresh of "
+            f"{router.load_refresh:g} s changes nothing"
+        )
+    if router.seed is not None and not takes_seed(factory):
+        unread.append(
+            f"router.seed: {router.policy} takes no seed (its constructor has no seed "
+            f"keyword), so a seed of {router.seed} changes nothing"
+        )
+    for message in unread:
+        warn(UnreadRouterFieldWarning(f"{cluster.file}: {message}"))
+
+
 def run_cluster(
     cluster_or_path: ClusterScenario | str | Path,
     overrides: Overrides = None,
@@ -487,13 +510,7 @@ def run_cluster(
     for resolved in pools:  # a pool that prefills: its stack's token budget
         if resolved.pool.role != "decode":
             warn_unchunked(resolved.pool.scenario, fit.requests.prompt_tokens)
-    if config.router.load_refresh and config.router.policy == "round_robin":
-        warn(
-            UnreadRouterFieldWarning(
-                f"{cluster.file}: router.load_refresh: round_robin reads no replica's load, so "
-                f"a refresh of {config.router.load_refresh:g} s changes nothing"
-            )
-        )
+    _warn_unread_router_fields(cluster)
     prefix = config.prefix_cache
     try:
         run = simulate_cluster(
@@ -503,7 +520,7 @@ def run_cluster(
             prefix.block_tokens if prefix is not None else None,
             config.kv_transfer,
             progress,
-            seed=config.traffic.seed,
+            seed=config.router_seed,
             load_refresh_ps=round(config.router.load_refresh * PS_PER_S),
         )
     except SimulatedTimeError as exc:  # the input's fault: name the cluster file

@@ -17,7 +17,7 @@ from rdu_sim.serving.batching.prefill_first import PrefillFirst
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
-WORDS = ("serving.prefill_priority", "'first_come'", "valid: decode_first, prefill_first")
+WORDS = ("serving.prefill_priority", "'first_come'", f"valid: {', '.join(batching_names())}")
 
 
 def test_names_are_unique_and_each_makes_its_own_policy() -> None:
@@ -26,7 +26,7 @@ def test_names_are_unique_and_each_makes_its_own_policy() -> None:
     assert isinstance(first, PrefillFirst) and first is not second
     with pytest.raises(ValueError, match="'prefill_first' is already registered"):
         register("prefill_first", BatchingPolicy)
-    with pytest.raises(ValueError, match="valid: decode_first, prefill_first"):
+    with pytest.raises(ValueError, match=f"valid: {', '.join(batching_names())}"):
         make_batching("first_come")
 
 

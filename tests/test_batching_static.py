@@ -80,3 +80,20 @@ def test_static_batching_is_chosen_by_name() -> None:
 
     assert "static" in batching_names()
     assert isinstance(make_batching("static"), StaticBatching)
+
+
+def test_a_member_still_prefilling_when_its_batch_decodes_finishes_its_prefill() -> None:
+    """Chunked prefill on a stack that mixes: request 0 (100 tokens) prefills in one chunk
+    and decodes in the mixed step of request 1's first chunk (300 tokens, chunks of 256), so
+    the batch decodes before request 1 has prefilled; its second chunk still runs (the run
+    stalled there, 'serving stopped with 1 of 3 requests completed'), and request 2 waits for
+    the next batch."""
+    requests = RequestSet(
+        np.array([100, 300, 100], np.int64), np.array([5, 5, 5], np.int64), np.zeros(3), None
+    )
+    config = ServerConfig(3, 4096, "static", prefill_chunk_tokens=256, mixed_batching=True)
+    records = serve(requests, policy_of("full"), StepCache(flat_step), config)
+    assert (records.completions == 1).all()
+    admit, first, finish = records.admit_ps, records.first_token_ps, records.finish_ps
+    assert admit[0] < first[0] == admit[1] < first[1]  # 1 joined before any decode step
+    assert admit[2] == max(finish[0], finish[1])  # 2 waited for the batch's end

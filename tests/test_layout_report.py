@@ -234,6 +234,25 @@ def test_a_clusters_pools_name_their_layout_and_check_says_it_alike(tmp_path: Pa
     assert "'deepseek-r1-h100-chat': 16 GPUs (serve: 1 replica of tp=16)" in gpus  # not sockets
 
 
+def test_a_clusters_pools_name_their_batching_policy_beside_their_kv_policy(
+    tmp_path: Path,
+) -> None:
+    """The pools table and JSON said the KV policy and not the batching policy a pool ran."""
+    sets = {"serving.prefill_priority": "decode_first"}
+    llama = REPO / "workloads" / "llama3.1-8b-1socket.yaml"
+    path = _one_pool_cluster(tmp_path, "b", llama, sets, requests=4, output_tokens=8)
+    summary = run_cluster(path, backend=FakeBackend()).summary()
+    pool = summary.to_dict()["pools"]["serve"]
+    assert (pool["kv_policy"], pool["batching_policy"]) == ("full", "decode_first")
+    console = Console(width=200, record=True)
+    console.print(render_cluster(summary))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if line.strip().startswith("pool "))
+    (row,) = [line for line in lines if line.strip().startswith("serve")]
+    assert header.split()[-3:] == ["KV", "batching", "slots"]
+    assert row.split()[-5:-3] == ["full", "decode_first"]
+
+
 def test_a_gpu_clusters_report_counts_gpus_not_sockets(tmp_path: Path) -> None:
     """The header, the pools table and the goodput table said sockets for H100 pools."""
     path = _one_pool_cluster(

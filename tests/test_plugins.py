@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -27,6 +28,8 @@ from test_serving_alone import policy_of, round_step
 from rdu_sim import native, plugins
 from rdu_sim.cluster.routers import PoolState
 from rdu_sim.cluster.routers import base as routers_base
+from rdu_sim.config.cluster import UnreadRouterFieldWarning
+from rdu_sim.kv.paged import PagedKV
 from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.provenance import outside_code
 from rdu_sim.serving.batching import ADMIT, NO_PREFILL, QueueView, register
@@ -301,6 +304,60 @@ def test_the_shipped_policies_are_never_asked_where_to_admit() -> None:
     assert batching_base.chooses_admission(ShortestFirst())
 
 
+class Rotating(PrefillFirst):
+    """Each answer the next position round the queue: a policy with state, whose every call
+    answers differently (the queue as it was and the request chosen, call by call; each one
+    made is kept in ``MADE``)."""
+
+    MADE: ClassVar[list[Rotating]] = []
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[int], int]] = []
+        Rotating.MADE.append(self)
+
+    def admit_from(self, queue: QueueView) -> int:
+        position = len(self.calls) % len(queue)
+        self.calls.append(([queue.request(i) for i in range(len(queue))], queue.request(position)))
+        return position
+
+
+def _rotating(prompts: list[int], slots: int) -> tuple[Any, Rotating]:
+    """``prompts`` served by ``slots`` under :class:`Rotating`, in a paged pool of 200 pages of
+    16 tokens (a 3,000-token prompt takes 188, a 100-token one 7): the records and the
+    policy."""
+    register("rotating_test", Rotating)
+    Rotating.MADE.clear()
+    pool = PagedKV(page_tokens=16, pages=200, slot_tokens=4096)
+    records = _serve("rotating_test", prompts, slots, kv_pool=pool)
+    (policy,) = Rotating.MADE
+    assert (records.completions == 1).all() and (records.first_token_ps > 0).all()
+    assert 0 < records.counts.kv_pages_peak <= 200
+    return records, policy
+
+
+def test_an_admission_takes_the_request_its_decision_checked(registries: None) -> None:
+    """A pool that holds one long prompt and one short, three slots: a policy whose every
+    answer differs is asked once a decision, and the request the KV pool was checked for is
+    the one admitted (asked again at the admission, it admitted one that did not fit:
+    'admitted beyond the KV pool'). Between two calls at most one request left the queue,
+    the one the earlier call chose."""
+    prompts = [100, 3000, 100, 100, 3000, 3000, 100]
+    _records, policy = _rotating(prompts, 3)
+    calls = policy.calls
+    left = [set(before) - set(after) for (before, _), (after, _) in itertools.pairwise(calls)]
+    assert all(gone <= {chosen} for gone, (_, chosen) in zip(left, calls[:-1], strict=True))
+    assert sum(map(len, left)) == len(prompts) - 1  # the last admitted after the last call
+
+
+def test_admit_from_is_asked_once_an_admission_with_one_slot(registries: None) -> None:
+    """One slot, a pool that holds any one request: only a decision with the slot free and a
+    request waiting asks (not the admission again, nor a decode run's plan), and it admits
+    the request chosen: the admissions are the answers, in order."""
+    records, policy = _rotating([100, 3000, 300, 900, 50], 1)
+    admitted = np.argsort(records.admit_ps, kind="stable").tolist()
+    assert [chosen for _, chosen in policy.calls] == admitted == [0, 2, 4, 3, 1]
+
+
 # --- answers checked where they are used ----------------------------------------------------
 
 
@@ -461,6 +518,54 @@ def test_the_docs_router_gets_the_clusters_seed(tmp_path: Path, registries: None
     routers_base._REGISTRY["p2c"] = factory
     code = fake(path).provenance()["plugins"]["router.policy"]
     assert (code["name"], code["package"]) == ("p2c.PowerOfTwoChoices", "p2c")
+
+
+def test_a_router_seed_of_its_own_seeds_a_router_over_a_trace(
+    tmp_path: Path, registries: None
+) -> None:
+    """router.seed seeds a router that takes one, traffic.seed its default (the rule,
+    ``ClusterConfig.router_seed``): over a trace (no traffic.seed) 0, or router.seed, which
+    changes the routing; with synthetic traffic it overrides traffic.seed. traffic.seed
+    with a trace is refused, pointing at router.seed; router.seed given to a router that
+    takes none warns that it changes nothing."""
+
+    @routers_base.register("drawing")
+    class Drawing:
+        seeds: ClassVar[list[int]] = []
+
+        def __init__(self, seed: int) -> None:
+            Drawing.seeds.append(seed)
+            self.rng = np.random.default_rng(seed)
+
+        def choose(self, request: int, pool: PoolState) -> int:
+            return int(self.rng.integers(len(pool)))
+
+    synthetic = write_cluster(tmp_path, router={"policy": "drawing"})
+    fake(synthetic, {"router.seed": 9})
+    assert Drawing.seeds == [9, 10]  # the front router's, the decode pool's
+    traffic = {"trace": "t.csv"}
+    (tmp_path / "t.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens\n"
+        + "".join(f"{i * 0.05},{300 + 7 * i},{2 + i % 5}\n" for i in range(60))
+    )
+    path = write_cluster(tmp_path, router={"policy": "drawing"}, traffic=traffic)
+    Drawing.seeds.clear()
+    zero, three, again = fake(path), fake(path, {"router.seed": 3}), fake(path)
+    assert Drawing.seeds == [0, 1, 3, 4, 0, 1]
+    for result in (zero, three, again):
+        assert_served_once(result)
+    routed = [r.run.records.replica.tolist() for r in (zero, three, again)]
+    assert routed[0] == routed[2] != routed[1]
+    message = one_error(invoke("run", str(path), "--set", "traffic.seed=3"), "traffic").partition(
+        "traffic: "
+    )[2]
+    assert message == (
+        "traffic.seed only applies to synthetic traffic, not a trace (a router's seed is "
+        "router.seed) (from --set traffic.seed)"
+    )
+    rr = write_cluster(tmp_path, router={"policy": "round_robin", "seed": 4}, traffic=traffic)
+    with pytest.warns(UnreadRouterFieldWarning, match="round_robin takes no seed .* a seed of 4"):
+        fake(rr)
 
 
 def test_a_name_unknown_where_it_is_made_says_how_a_worker_finds_a_plugin() -> None:

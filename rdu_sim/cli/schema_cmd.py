@@ -13,6 +13,7 @@ from typing import Any
 import click
 from pydantic import TypeAdapter
 
+from rdu_sim.cluster.routers import router_names
 from rdu_sim.config.cluster import ClusterConfig
 from rdu_sim.config.extends import overlay_schema
 from rdu_sim.config.hardware_file import OVERLAY_SCHEMA, hardware_schema
@@ -20,6 +21,7 @@ from rdu_sim.config.plan import PlanSpec
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
+from rdu_sim.serving.batching import batching_names
 from rdu_sim.sweep.spec import SweepSpec
 
 # A hardware file is one of its kinds (SN40L sockets, or `kind: gpu`): a union's adapter.
@@ -37,12 +39,18 @@ def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written.
 
     A workload's `kv.policy` and a plan's `search.kv_policy` list the names registered in
-    `rdu_sim.kv` (the config models cannot import the registry, which sits above them).
+    `rdu_sim.kv`, `serving.prefill_priority` those of `rdu_sim.serving.batching`, a cluster's
+    `router.policy` those of `rdu_sim.cluster.routers` (the config models cannot import the
+    registries, which sit above them).
     """
     schema = SCHEMAS[kind].json_schema(mode="validation")
     defs = schema.get("$defs", {})
     if "KVConfig" in defs:
         defs["KVConfig"]["properties"]["policy"]["enum"] = policy_names()
+    if "ServingConfig" in defs:
+        defs["ServingConfig"]["properties"]["prefill_priority"]["enum"] = batching_names()
+    if "RouterConfig" in defs:
+        defs["RouterConfig"]["properties"]["policy"]["enum"] = router_names()
     if "PlanSearch" in defs:
         for branch in defs["PlanSearch"]["properties"]["kv_policy"].get("anyOf", []):
             if branch.get("type") == "array":

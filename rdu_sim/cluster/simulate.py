@@ -155,7 +155,7 @@ class Cluster:
         seed: int = 0,
         load_refresh_ps: int = 0,
     ) -> None:
-        """``seed``: the cluster's (``traffic.seed``), for a router that takes one (the
+        """``seed``: the routers' (``ClusterConfig.router_seed``), for one that takes it (the
         decode pool's router gets ``seed + 1``: the two draw apart); ``load_refresh_ps``:
         how often the replicas publish their load to the routers (0: read exact,
         ``router.load_refresh``)."""
@@ -356,8 +356,8 @@ def simulate_cluster(
     """Serve every accepted request of ``fit`` on the pools' replicas; check none is lost.
     ``loop``: the serving loop to run on (default a fresh ``Timeline``; the tests pass an
     adapter onto ``simpy.Environment``, the oracle: tests/test_cluster_loop.py); ``seed``:
-    the cluster's, for a router that draws; ``load_refresh_ps``: how often the replicas
-    publish their load to the routers (``Cluster``)."""
+    the routers' (``ClusterConfig.router_seed``), for one that draws; ``load_refresh_ps``:
+    how often the replicas publish their load to the routers (``Cluster``)."""
     requests = fit.requests
     arrival_ps = arrivals_ps(requests.arrival_s, "traffic").tolist()
     loop = Timeline() if loop is None else loop

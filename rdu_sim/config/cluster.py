@@ -53,11 +53,9 @@ class RouterConfig(StrictModel):
         default="least_outstanding",
         min_length=1,
         max_length=100,
-        description="the router by registered name (rdu_sim.cluster.routers, checked when the "
-        "cluster is built): 'round_robin' in turn; 'least_outstanding' the replica holding the "
-        "fewest tokens (prompt tokens still to prefill plus KV tokens held: no output length "
-        "still to come is known, rdu_sim.serving.load); 'prefix_aware' the same count minus "
-        "the prompt tokens its prefix cache already holds; or a plugin's (rdu_sim.plugins)",
+        description="the router by registered name (the registry in rdu_sim.cluster.routers "
+        "is the one list of valid names, a plugin's included: rdu_sim.plugins; checked when "
+        "the cluster is loaded; docs/cluster.md describes the shipped ones)",
     )
     load_refresh: Seconds = Field(
         default=0.0,
@@ -67,6 +65,15 @@ class RouterConfig(StrictModel):
         "metrics scrape does): a router reads the last publication plus the requests it has "
         "itself sent since; 0 (the default) reads every replica's exact load at the arrival "
         "instant. Prefix caches are read exact either way (their events are pushed per block)",
+    )
+
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="seed of a router that takes one (a plugin's that draws: its constructor's "
+        "seed keyword; the decode pool's router gets it plus one); default: traffic.seed, "
+        "which is 0 with a trace",
     )
 
     @field_validator("load_refresh")
@@ -83,6 +90,11 @@ class RouterConfig(StrictModel):
 
 class UnreadRouterFieldWarning(RduSimWarning):
     """A router field the chosen router does not read: it changes nothing."""
+
+
+def _only_apply(fields: list[str]) -> str:
+    """``traffic.seed only applies``, ``traffic.rate, traffic.seed only apply``."""
+    return f"{', '.join(fields)} only {'applies' if len(fields) == 1 else 'apply'}"
 
 
 class TrafficConfig(StrictModel):
@@ -145,8 +157,8 @@ class TrafficConfig(StrictModel):
         default=0,
         ge=0,
         le=2**63 - 1,
-        description="synthetic traffic: seed; also a router's that takes one (a plugin's "
-        "that draws; docs/cluster.md)",
+        description="synthetic traffic: seed of the arrivals and lengths; also a router's "
+        "that takes one, unless router.seed is given (docs/cluster.md)",
     )
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
@@ -164,11 +176,12 @@ class TrafficConfig(StrictModel):
         if self.trace is not None:
             extra = [f"traffic.{f}" for f in synthetic if f in given]
             if extra:
-                raise ValueError(f"{', '.join(extra)} only apply to synthetic traffic, not a trace")
+                seeded = " (a router's seed is router.seed)" if "seed" in given else ""
+                raise ValueError(f"{_only_apply(extra)} to synthetic traffic, not a trace{seeded}")
         else:
             extra = [f"traffic.{f}" for f in replay if f in given]
             if extra:
-                raise ValueError(f"{', '.join(extra)} only apply to a trace (traffic.trace)")
+                raise ValueError(f"{_only_apply(extra)} to a trace (traffic.trace)")
             missing = [
                 f"traffic.{f}"
                 for f in ("rate", "prompt_tokens", "output_tokens", "requests")
@@ -361,6 +374,12 @@ class ClusterConfig(StrictModel):
         if not split and self.kv_transfer is not None:
             raise FieldProblem("kv_transfer", "only applies with prefill and decode pools")
         return self
+
+    @property
+    def router_seed(self) -> int:
+        """The seed a router that takes one is made with (the decode pool's: plus one):
+        ``router.seed``, else ``traffic.seed`` (0 with a trace). The one rule."""
+        return self.router.seed if self.router.seed is not None else self.traffic.seed
 
     @property
     def disaggregated(self) -> bool:

@@ -235,11 +235,10 @@ class ServingConfig(StrictModel):
         default="prefill_first",
         min_length=1,
         max_length=100,
-        description="the batching policy by registered name (rdu_sim.serving.batching; an "
-        "unknown name is refused listing them): 'prefill_first' prefills waiting requests "
-        "before the next decode step, 'decode_first' one prefill step at most between decode "
-        "steps, 'static' a batch forms on an empty server and decodes to its end; or a "
-        "plugin's (rdu_sim.plugins: RDU_SIM_PLUGINS or an entry point)",
+        description="the batching policy by registered name (the registry in "
+        "rdu_sim.serving.batching is the one list of valid names, a plugin's included: "
+        "rdu_sim.plugins; an unknown name is refused listing them; docs/serving.md describes "
+        "the shipped ones)",
     )
     prefill_chunk_tokens: int | None = Field(
         default=None,

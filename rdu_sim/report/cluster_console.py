@@ -35,11 +35,13 @@ def pools_table(result: ClusterSummary) -> Table:
     ``describe_layout``'s words) and the pool's devices (sockets or GPUs)."""
     table = Table(title="Pools", title_justify="left", box=box.SIMPLE_HEAD)
     devices = f"{result.device}s"
-    columns = ("pool", "role", "replicas", "workload", "model", "layout", devices, "KV", "slots")
+    columns = (
+        *("pool", "role", "replicas", "workload", "model", "layout", devices),
+        *("KV", "batching", "slots"),
+    )
+    left = ("pool", "role", "workload", "layout", "batching")
     for column in columns:
-        table.add_column(
-            column, justify="left" if column in ("pool", "role", "workload", "layout") else "right"
-        )
+        table.add_column(column, justify="left" if column in left else "right")
     for name, pool in result.pools.items():
         table.add_row(
             name,
@@ -50,9 +52,13 @@ def pools_table(result: ClusterSummary) -> Table:
             describe_layout(pool.layout),
             str(pool.sockets),
             pool.kv_policy,
+            pool.batching_policy,
             f"{pool.batch_slots} / {pool.batch_capacity}",
         )
-    table.caption = "slots: a replica's batch slots / the slots its memory has room for"
+    table.caption = (
+        "KV: the KV policy; batching: the batching policy (serving.prefill_priority); slots: a "
+        "replica's batch slots / the slots its memory has room for"
+    )
     if any(pool.ranks > 1 for pool in result.pools.values()):
         table.caption += (
             "; of one attention rank (under dp_attention each of a replica's ranks has its own)"

@@ -96,6 +96,7 @@ class PoolSummary:
     layout: dict[str, int]
     sockets: int
     kv_policy: str
+    batching_policy: str  # serving.prefill_priority: the batching policy's registered name
     batch_capacity: int  # of one attention rank (of a replica, without data-parallel attention)
     batch_slots: int  # of one attention rank, likewise
     prefix_cache_blocks: int

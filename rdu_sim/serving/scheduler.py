@@ -277,6 +277,8 @@ class Scheduler(Driven):
         # a prompt's first prefill step here, by its length (a dict of ints: no shape hashed)
         self._first_steps: dict[int, FirstStep] = {}
         self._next = NO_PREFILL  # the prefill work ``decide`` chose (``begin_prefill`` runs it)
+        self._queued = 0  # the waiting requests ``decide`` told the policy of (``_admissible``)
+        self._position = 0  # where in the queue ``decide``'s admission takes its request
         self._in_flight = PrefillInFlight()
         # prompts pack into one prefill step: a lone server's (a replica's prefix cache and
         # hand-offs, and a speculative draft's work, are per request)
@@ -394,7 +396,8 @@ class Scheduler(Driven):
         slots = self.slots
         chosen = NO_PREFILL
         if slots.prefill_order or self.queue:  # (else no prefill work)
-            chosen = self.batching.next_prefill(slots, self._admissible(), self._after_prefill)
+            queued = self._queued = self._admissible()
+            chosen = self.batching.next_prefill(slots, queued, self._after_prefill)
         self._next = chosen
         if chosen == ADMIT:
             return _ADMIT
@@ -427,7 +430,7 @@ class Scheduler(Driven):
         delays: tuple[int, ...] = ()
         packs = False
         if slot == ADMIT:
-            slot = self._admit()
+            slot = self._admit(self._position)  # the request ``decide`` checked
             request = slots.request[slot]
             before_ps = self.drafting.admitted(request)
             if before_ps:
@@ -520,28 +523,37 @@ class Scheduler(Driven):
             self.complete(slot, slots.request[slot], now)
 
     def _admissible(self) -> int:
-        """The waiting requests as the batching policy is told of them: all of them, or
-        none while the KV memory cannot hold the one the next admission takes (a paged
-        pool's free pages: ``serving.kv_pool``; it waits for a completion, in order)."""
+        """The waiting requests as the batching policy is told of them at a decision: all of
+        them, or none while the KV memory cannot hold the one the next admission takes (a
+        paged pool's free pages: ``serving.kv_pool``; it waits for a completion, in order).
+        With a request waiting and a slot free, a policy that chooses is asked here which
+        one (``admit_from``, once a decision): the one checked is the one the decision's
+        admission takes (``_position``). No slot free: no admission now, nothing asked."""
         queue = self.queue
-        if queue and self.kv.bounded:
-            request = queue[self._admission()]
+        if not queue or not (self._chooses or self.kv.bounded):
+            return len(queue)
+        slots = self.slots
+        if slots.occupied >= slots.n:
+            return len(queue)
+        position = 0
+        if self._chooses:
+            position = self._position = self.batching.admit_from(self._waiting)
+        if self.kv.bounded:
+            request = queue[position]
             if not self.kv.fits(request, self._prompts[request], self._outputs[request]):
                 return 0
         return len(queue)
 
     def _admission(self) -> int:
-        """The position in the queue of the request the next admission takes: the head, or
-        the batching policy's choice when it makes one."""
+        """The position in the queue of the request the next packed admission takes: the
+        head, or the batching policy's choice when it makes one."""
         return self.batching.admit_from(self._waiting) if self._chooses else 0
 
-    def _admit(self, position: int = -1) -> int:
-        """A waiting request takes the lowest free slot now (its admission time): the one at
-        ``position`` in the queue (-1: the batching policy's choice, :meth:`_admission`)."""
+    def _admit(self, position: int) -> int:
+        """The waiting request at ``position`` in the queue takes the lowest free slot now
+        (its admission time)."""
         slots = self.slots
         slot = slots.free_slot()
-        if position < 0:
-            position = self._admission()
         queue = self.queue
         if position:
             request = queue[position]
@@ -663,7 +675,8 @@ class Scheduler(Driven):
         bucket = self._decode_bucket()
         # prefill work waits: a decode step yields to it at its boundary
         waits = bool(slots.prefill_order or self.queue) and self.batching.prefill_waits(
-            slots, self._admissible()
+            slots,
+            self._queued,  # (what ``decide`` found, just before: nothing asked again)
         )
         if waits:
             steps = 1

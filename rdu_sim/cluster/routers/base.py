@@ -43,8 +43,10 @@ class Router(Protocol):
 
 RouterFactory = Callable[..., Router]
 """A router class or factory: called with no argument, or with ``seed=`` (an int, the
-cluster's ``traffic.seed``; the decode pool's router gets it plus one) when it takes a
-``seed`` keyword, as a router that draws at random does."""
+cluster's ``router.seed``, else its ``traffic.seed``: ``ClusterConfig.router_seed``; the
+decode pool's router gets it plus one) when it takes a ``seed`` keyword, as a router that
+draws at random does. A class attribute ``reads_load = False`` says it reads no load
+(:func:`reads_load`)."""
 _REGISTRY: dict[str, RouterFactory] = {}
 
 
@@ -79,6 +81,13 @@ def takes_seed(factory: RouterFactory) -> bool:
         return False
     seed = parameters.get("seed")
     return seed is not None and seed.kind in (seed.POSITIONAL_OR_KEYWORD, seed.KEYWORD_ONLY)
+
+
+def reads_load(factory: RouterFactory) -> bool:
+    """Whether a router reads the replicas' load (``PoolState.outstanding_tokens``), so
+    ``router.load_refresh`` changes its choices: unless its class says ``reads_load = False``
+    (``round_robin``: a run warns that a refresh changes nothing)."""
+    return bool(getattr(factory, "reads_load", True))
 
 
 def make_router(name: str, seed: int = 0) -> Router:

@@ -9,6 +9,8 @@ from rdu_sim.cluster.routers.base import PoolState, register
 class RoundRobin:
     """Replicas 0, 1, ..., n - 1, 0, 1, ... in arrival order."""
 
+    reads_load = False  # (``routers.base.reads_load``: a load refresh changes nothing)
+
     def __init__(self) -> None:
         self._next = 0
 

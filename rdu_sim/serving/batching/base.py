@@ -59,10 +59,16 @@ class BatchingPolicy:
 
     def admit_from(self, queue: QueueView) -> int:
         """Which waiting request an admission takes: its position in ``queue`` (0, the
-        oldest, to ``len(queue) - 1``). Asked, of a policy that overrides it, at each
-        admission: ``ADMIT``'s, and each next prompt a batched prefill considers packing
-        (``prefill_batch_tokens``: packing stops at the first whose prompt pads to another
-        shape). The default, FIFO, is never called: the scheduler takes the queue's head."""
+        oldest, to ``len(queue) - 1``). Asked, of a policy that overrides it, once at each
+        decision at which a request waits and a slot is free, before :meth:`next_prefill`:
+        the request chosen is the one the KV memory is checked for (``queued`` is 0 while a
+        paged pool cannot hold it) and the one taken if that decision answers ``ADMIT``;
+        a decision that does not admit asks again at the next one, so a policy that keeps
+        state must not count its calls as admissions. Asked too for each further prompt a
+        batched prefill considers packing (``prefill_batch_tokens``: packing stops at the
+        first whose prompt pads to another shape, or does not fit the pool), that one taken
+        if it packs. Never asked with no slot free, nor again at the admission itself. The
+        default, FIFO, is never called: the scheduler takes the queue's head."""
         return 0
 
 

@@ -4,7 +4,10 @@ OSDI 2022, measures against it).
 A batch forms when the server is empty: waiting requests are admitted to the free slots and
 prefilled back to back; once its first decode step runs, nothing joins it, and it decodes
 until its last request completes, however early the others finish. Then the next batch
-forms from the requests waiting.
+forms from the requests waiting. A request already admitted finishes its prefill even after
+the batch's first decode step (chunked prefill on a stack that mixes: a chunk's step carries
+the decode rows of the members already prefilled, so the batch decodes before its last member
+has prefilled; it used to stall there, that member never given another chunk).
 """
 
 from __future__ import annotations
@@ -33,16 +36,17 @@ class StaticBatching(BatchingPolicy):
         """While the batch forms: the prefilling slot, else a waiting request if a slot is
         free; once it decodes, nothing."""
         if not self._forming(slots):
-            return NO_PREFILL
+            order = slots.prefill_order  # a member still prefilling: its next chunk
+            return order[0] if order else NO_PREFILL
         return oldest_work(slots, queued)
 
     def prefill_may_run(self, slots: Slots, after_prefill: bool) -> bool:
-        """Only while the batch forms."""
-        return self._forming(slots)
+        """Only while the batch forms, or a member still prefills."""
+        return self._forming(slots) or bool(slots.prefill_order)
 
     def prefill_waits(self, slots: Slots, queued: int) -> bool:
-        """Never: a decoding batch runs to its end."""
-        return False
+        """Only for a member still prefilling: else a decoding batch runs to its end."""
+        return bool(slots.prefill_order)
 
 
 register("static", StaticBatching)
