@@ -465,9 +465,7 @@ def _cross_check(
     try:  # the policy's own parameter rules, so every entry point refuses the same inputs
         return make_policy(workload.kv, serving.max_context, stack.kv_page_tokens)
     except PolicyError as exc:
-        fields = (exc.field, *exc.also)
-        blamed = next((f for f in fields if override_for(f, overrides) is not None), exc.field)
-        raise fail(blamed, str(exc)) from None
+        raise fail(exc.blamed(overrides), str(exc)) from None
 
 
 MAX_COUNTS_BYTES = 16 << 20

@@ -16,6 +16,7 @@ kinds, each where its rule lives:
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
 - a cluster: ``api_cluster.EmptyPrefixCacheWarning``;
+- ``rdu-sim kv-demo``'s compression other than asked: ``kv.quality.DemoCompressionWarning``;
 - stored data: ``sweep.store.DamagedRowWarning``, ``validate.evaluation_cache.
   CutLineWarning``, ``validate.overlays.MissingFittedFileWarning``.
 

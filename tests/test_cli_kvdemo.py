@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
+from rdu_sim.config.workload import KVConfig
 
 
 def test_kv_demo_json_rows_rank_snapstream_above_streamingllm() -> None:
@@ -134,3 +135,110 @@ def test_kv_demo_takes_a_workloads_kv_and_its_budget() -> None:
     assert _one_error_line(alone.output) == (
         "error: --set serving.seed: without a WORKLOAD the demo takes kv.* settings only"
     )
+
+
+def test_kv_demo_a_window_longer_than_the_ring_is_runs_own_error() -> None:
+    """The demo's ring (kv.recent) must hold its observation window: `run`'s rule and
+    message (kv.policies.check_window_in_ring), at the field the --set changed, exit 2;
+    with a workload whose policy never checks it (full), at the workload's field."""
+    rule = (
+        "kv.observation_window (16) must be <= kv.recent (8): the window sits inside the "
+        "ring buffer (from --set kv.recent)"
+    )
+    for extra in ((), ("--budget", "64")):
+        result = CliRunner().invoke(cli, ["kv-demo", "--set", "kv.recent=8", *extra])
+        assert result.exit_code == 2, result.output
+        assert _one_error_line(result.output) == f"error: kv.recent: {rule}"
+    full = CliRunner().invoke(
+        cli, ["kv-demo", "deepseek-r1-128k-full", "--set", "kv.recent=8", "--decode-steps", "1"]
+    )
+    assert full.exit_code == 2, full.output
+    line = _one_error_line(full.output)
+    assert line.startswith("error: ") and line.endswith(
+        "deepseek-r1-128k-full.yaml: kv.recent: " + rule.replace("(16)", "(32)")
+    )
+
+
+def test_kv_demo_a_rule_across_kv_fields_names_its_field_as_run_does() -> None:
+    kernel = CliRunner().invoke(cli, ["kv-demo", "--set", "kv.kernel_size=4"])
+    assert kernel.exit_code == 2
+    assert _one_error_line(kernel.output) == (
+        "error: kv.kernel_size: must be odd (padding k//2), got 4 (from --set kv.kernel_size)"
+    )
+    both = ["kv-demo", "--set", "kv.budget=100", "--set", "kv.compression_ratio=4"]
+    result = CliRunner().invoke(cli, both)
+    assert result.exit_code == 2
+    assert _one_error_line(result.output) == (
+        "error: kv.compression_ratio: give kv.budget or kv.compression_ratio, not both "
+        "(kv.budget is 100, kv.compression_ratio 4) (from --set kv.compression_ratio)"
+    )
+    sinks = CliRunner().invoke(cli, ["kv-demo", "--set", "kv.sinks=-1"])
+    assert _one_error_line(sinks.output) == (
+        "error: kv.sinks: must be at least 0, got -1 (from --set kv.sinks)"
+    )
+
+
+def test_kv_demo_a_prompt_with_no_room_for_a_needle_blames_the_prompt() -> None:
+    args = ["kv-demo", "--prompt-tokens", "64", "--set", "kv.observation_window=60"]
+    result = CliRunner().invoke(cli, [*args, "--needles", "1"])
+    assert result.exit_code == 2
+    line = _one_error_line(result.output)
+    assert line == (
+        "error: --prompt-tokens: a 64-token prompt leaves no token for a needle between its "
+        "4 sinks and its 60-token observation window: it must be longer than 64 (or lower "
+        "kv.sinks or kv.observation_window)"
+    )
+
+
+def test_kv_demo_a_compression_ratio_leaves_top_k_room() -> None:
+    """A ratio makes the budget the prompt over it: the prompt is long enough for that
+    budget to be twice sinks + ring, so SnapStream selects (its rows differ from
+    StreamingLLM's); no warning."""
+    args = [
+        "kv-demo",
+        "deepseek-r1-128k-snapstream",
+        "--set",
+        "kv.budget=null",
+        "--set",
+        "kv.compression_ratio=4",
+        "--set",
+        "kv.recent=512",
+        "--decode-steps",
+        "2",
+        "--json",
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    rows = {row["policy"]: row for row in json.loads(result.stdout)}
+    assert rows["snapstream"]["budget"] == 2 * (4 + 512)  # prompt 4,128 / 4 (not 2,064 / 4)
+    assert rows["snapstream"]["relative_error"] != rows["streamingllm"]["relative_error"]
+    assert "warning" not in result.stderr
+
+
+def test_kv_demo_warns_when_top_k_is_0_or_the_prompt_is_capped() -> None:
+    import pytest
+
+    from rdu_sim.kv.quality import DemoCompressionWarning, demo_prompt
+
+    result = CliRunner().invoke(cli, ["kv-demo", "--budget", "20", "--prompt-tokens", "64"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: kv-demo: at budget 20 SnapStream's top-K is 0 (budget = sinks + ring = 4 + "
+        "16): it keeps what StreamingLLM keeps, so their rows are equal"
+    ) in result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.split()[:2][1:] == ["20"]]
+    assert lines[0].split()[2:] == lines[1].split()[2:]  # snapstream's row is streamingllm's
+    with pytest.warns(DemoCompressionWarning, match=r"compresses it 2x, not the 4x"):
+        assert demo_prompt(KVConfig(budget=32768), 65536) == 65536
+    ratio = KVConfig(compression_ratio=4, recent=2048)
+    assert demo_prompt(ratio, 65536) == 2 * (4 + 2048) * 4
+
+
+def test_kv_demo_says_a_budget_holds_the_sequence_however_it_was_given() -> None:
+    note = "the budget 72 holds the whole sequence: nothing is evicted"
+    by_option = CliRunner().invoke(cli, ["kv-demo", "--prompt-tokens", "64", "--budget", "72"])
+    assert note in by_option.stdout
+    by_kv = CliRunner().invoke(cli, ["kv-demo", "--prompt-tokens", "64", "--set", "kv.budget=72"])
+    assert note in by_kv.stdout
+    default = CliRunner().invoke(cli, ["kv-demo", "--prompt-tokens", "64"])
+    assert "holds the whole sequence" not in default.stdout  # the range's own last point

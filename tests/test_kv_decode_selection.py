@@ -388,7 +388,11 @@ def test_the_kept_words_say_what_happened_and_nothing_else() -> None:
     )
     assert kept_words(KeptCounts(layout, 3, 2), 9).endswith(
         "3 had their prompt compressed at prefill, 2 outgrew the slot in decode (the ring "
-        "overwrote their oldest tokens)"
+        "overwrote its oldest tokens)"
+    )
+    stays = KeptCounts(layout, 3, 2, stays="4 sinks and 1,020 selected tokens")
+    assert kept_words(stays, 9).endswith(
+        "(the ring overwrote its oldest tokens; the 4 sinks and 1,020 selected tokens stayed)"
     )
     assert kept_words(KeptCounts(layout, 0, 1_200, decode_evicts=True), 2_000).endswith(
         "of 2,000 requests 0 had their prompt compressed at prefill, 1,200 outgrew the slot "

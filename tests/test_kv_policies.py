@@ -403,3 +403,52 @@ def test_kept_counts_equal_each_requests_cache_at(name: str) -> None:
     kept = kept_counts(made, prompts, outputs)
     assert (kept.prompts_compressed, kept.slots_wrapped) == (compressed, wrapped)
     assert name == "full" or (compressed > 0 and (name == "snapkv" or wrapped > 0))
+
+
+def test_the_window_in_ring_rule_is_one_rule_for_the_policy_and_the_demo() -> None:
+    """SnapStream's window must fit its ring: the policy says so with why its budget
+    compresses; the demo's reference (``quality_curve``) raises the same rule, unexplained;
+    ``blamed`` names the field an override set, the window's otherwise."""
+    from rdu_sim.kv.policies import PolicyError, SnapStreamPolicy, check_window_in_ring
+    from rdu_sim.kv.quality import quality_curve
+
+    rule = "kv.observation_window (32) must be <= kv.recent (16): the window sits inside the ring"
+    with pytest.raises(PolicyError) as policy:
+        SnapStreamPolicy.from_config(KVConfig(budget=1024, recent=16), 4096)
+    assert str(policy.value) == (
+        f"{rule} buffer, and the budget 1024 < serving.max_context 4096 compresses long prompts"
+    )
+    with pytest.raises(PolicyError) as demo:
+        quality_curve(256, [64], kv=KVConfig(observation_window=32), ring=16)
+    assert str(demo.value) == f"{rule} buffer"
+    check_window_in_ring(16, 16)  # the window may fill the ring
+    error = demo.value
+    assert (error.field, error.also) == ("kv.observation_window", ("kv.recent",))
+    assert error.blamed({"kv.recent": 16}) == "kv.recent"
+    assert error.blamed({"kv.sinks": 2}) == "kv.observation_window"
+    assert error.blamed({"kv": {}, "kv.recent": 16}) == "kv.observation_window"  # parent first
+
+
+def test_a_fixed_slot_built_in_python_names_the_field_it_refuses() -> None:
+    from rdu_sim.kv.policies import PolicyError, StreamingLLMPolicy
+
+    for kwargs, field in (
+        ({"sinks": -1, "recent": 8}, "kv.sinks"),
+        ({"sinks": 4, "recent": 0}, "kv.recent"),
+    ):
+        with pytest.raises(PolicyError) as exc:
+            StreamingLLMPolicy(1024, **kwargs)
+        assert exc.value.field == field and field in str(exc.value)
+
+
+def test_kept_counts_say_what_a_wrapped_slot_keeps_beside_its_ring() -> None:
+    """Per policy: SnapStream's sinks and selected tokens, StreamingLLM's sinks, a ring
+    alone nothing (the console's words: ``report.console.kept_words``)."""
+    from rdu_sim.kv.policies import kept_counts
+
+    snap = make_policy(KVConfig(policy="snapstream", budget=2048, recent=1024), 8192)
+    stream = make_policy(KVConfig(policy="streamingllm", sinks=1, recent=64), 8192)
+    ring = make_policy(KVConfig(policy="streamingllm", sinks=0, recent=64), 8192)
+    assert kept_counts(snap, [4096], [2000]).stays == "4 sinks and 1,020 selected tokens"
+    assert kept_counts(stream, [4096], [2000]).stays == "1 sink"
+    assert kept_counts(ring, [4096], [2000]).stays == ""

@@ -79,3 +79,33 @@ def test_format_table_lists_every_row() -> None:
     assert len(lines) == 2 + len(rows)
     for policy in POLICIES:
         assert policy in table
+
+
+def test_error_is_0_up_to_round_off_not_exactly_once_nothing_is_evicted() -> None:
+    """A static cache sums its slots in another order than the growing reference: ~1e-16,
+    not 0.0 (the docstring says so); full attention is the reference itself, exactly 0."""
+    rows = quality_curve(prompt_len=256, budgets=[264], decode_steps=8)
+    got = by_policy(rows, 264)
+    assert 0.0 < got["snapstream"]["relative_error"] < 1e-12
+    assert got["full"]["relative_error"] == 0.0
+
+
+def test_a_prompt_with_no_room_for_needles_names_the_prompt() -> None:
+    from rdu_sim.config.workload import KVConfig
+    from rdu_sim.kv.quality import DemoInputError
+
+    with pytest.raises(DemoInputError) as exc:
+        quality_curve(prompt_len=64, budgets=[64], n_needles=1, kv=KVConfig(observation_window=60))
+    assert exc.value.parameter == "prompt_len"
+    with pytest.raises(DemoInputError) as many:
+        quality_curve(prompt_len=64, budgets=[64], n_needles=50)
+    assert many.value.parameter == "n_needles"
+
+
+def test_a_budget_with_no_top_k_warns_and_matches_streamingllm() -> None:
+    from rdu_sim.kv.quality import DemoCompressionWarning
+
+    with pytest.warns(DemoCompressionWarning, match="top-K is 0"):
+        rows = quality_curve(prompt_len=256, budgets=[20], decode_steps=2)
+    got = by_policy(rows, 20)
+    assert got["snapstream"]["relative_error"] == got["streamingllm"]["relative_error"]

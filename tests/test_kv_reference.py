@@ -473,3 +473,24 @@ def test_cache_validation() -> None:
         StreamingLLMCache(2, 8, sinks=4, ring=0)
     with pytest.raises(RuntimeError, match="empty"):
         StreamingLLMCache(2, 8, sinks=4, ring=8).attend(np.zeros((4, 8)))
+
+
+def test_the_timed_kernels_order_picks_the_references_tokens_under_avg_pooling_only() -> None:
+    """docs/kv.md, GQA: the timed kernel sums a group's window sums and then pools; the
+    reference pools each query head and then averages. Linear avg pooling commutes with the
+    sum (same picks); max pooling does not (some picks differ)."""
+    from rdu_sim.kv.reference import observation_scores, pool1d, snapkv_scores, topk_indices
+
+    rng = np.random.default_rng(0)
+    differ = {"avg": 0, "max": 0}
+    for _ in range(5):
+        q = rng.standard_normal((8, 300, 16)) * 2
+        k = rng.standard_normal((1, 300, 16)) * 2
+        raw = observation_scores(q, k, window=16)
+        for pooling in ("avg", "max"):
+            kv = KVConfig(observation_window=16, kernel_size=7, pooling=pooling)
+            reference = topk_indices(snapkv_scores(q, k, kv=kv), 100)
+            timed = topk_indices(pool1d(raw.sum(0, keepdims=True), 7, pooling), 100)
+            differ[pooling] += len(set(reference[0]) ^ set(timed[0])) // 2
+    assert differ["avg"] == 0
+    assert differ["max"] > 25  # of 500 picks (~15%: /tmp/trialX/order.py's 297 of 2,000)

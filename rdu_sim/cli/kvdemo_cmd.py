@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,21 +20,31 @@ from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import overrides_option
 from rdu_sim.config.workload import KVConfig
 
+if TYPE_CHECKING:
+    from rdu_sim.scenario import Scenario
+
 MAX_TOKEN_STEPS = 2**20
 """Prompt tokens x decode steps the demo runs per budget at most: the NumPy reference
 attends over the whole cache at every decode step of every policy (~15 s a budget here at
 the bound; 65,536 tokens x 64 steps took 5 minutes)."""
 MAX_BUDGETS = 8
 
-OPTIONS = {"budgets": "--budget", "n_needles": "--needles", "decode_steps": "--decode-steps"}
+OPTIONS = {
+    "budgets": "--budget",
+    "n_needles": "--needles",
+    "decode_steps": "--decode-steps",
+    "prompt_len": "--prompt-tokens",
+}
 """The option of each argument of ``quality_curve`` a ``DemoInputError`` can name."""
 
 
-def demo_kv(workload: Path | None, overrides: tuple[str, ...]) -> KVConfig:
+def demo_kv(workload: Path | None, overrides: tuple[str, ...]) -> tuple[KVConfig, Scenario | None]:
     """The demo's KV parameters: WORKLOAD's ``kv`` (``--set`` applied, the whole workload
-    checked as ``run`` checks it), else ``DEMO_KV`` with the ``--set kv.*`` given."""
+    checked as ``run`` checks it) and its scenario (to say an error at its fields), else
+    ``DEMO_KV`` with the ``--set kv.*`` given and None."""
     from pydantic import ValidationError
 
+    from rdu_sim.config.loader import issues_from_validation
     from rdu_sim.config.overrides import normalize_overrides, set_path
     from rdu_sim.kv.quality import DEMO_KV
 
@@ -46,18 +56,28 @@ def demo_kv(workload: Path | None, overrides: tuple[str, ...]) -> KVConfig:
 
         with warnings.catch_warnings():  # the demo reads every kv field, whatever the policy
             warnings.simplefilter("ignore", UnreadKVFieldWarning)
-            return api.load(workload, list(overrides)).workload.kv
+            scenario = api.load(workload, list(overrides))
+        return scenario.workload.kv, scenario
     data: dict[str, Any] = DEMO_KV.model_dump(exclude_unset=True)
-    for path, value in normalize_overrides(overrides).items():
+    given = normalize_overrides(overrides)
+    for path, value in given.items():
         if not path.startswith("kv."):
             fail(f"--set {path}: without a WORKLOAD the demo takes kv.* settings only")
         set_path(data, path.removeprefix("kv."), value, "--set")
     try:
-        return KVConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        fail(f"--set kv.{where}: {first['msg']}")
+        return KVConfig.model_validate(data), None
+    except ValidationError as exc:  # as the loader says them: at the field a rule names
+        issues = issues_from_validation(exc, KVConfig, "--set", {}, prefix=("kv",), data=data)
+        fail("\n".join(_at_field(issue.field, issue.message, given) for issue in issues))
+
+
+def _at_field(field: str, message: str, overrides: dict[str, Any]) -> str:
+    """``kv.recent: <message> (from --set kv.recent)``: an error at a KV field, ending with
+    the override that set it (``config.overrides.override_note``), as ``run`` ends it."""
+    from rdu_sim.config.overrides import override_for, override_note
+
+    path = override_for(field, overrides)
+    return f"{field}: {message}" + ("" if path is None else f" {override_note(path)}")
 
 
 @click.command("kv-demo")
@@ -105,6 +125,8 @@ def command(
     kv.observation_window, kv.kernel_size, kv.pooling, kv.recent (SnapStream's ring, when
     given; else the observation window), kv.budget or kv.compression_ratio (the one budget
     run, unless --budget is given)."""
+    from rdu_sim.config.overrides import normalize_overrides
+    from rdu_sim.kv.policies import PolicyError
     from rdu_sim.kv.quality import (
         SYNTHETIC,
         DemoInputError,
@@ -116,7 +138,7 @@ def command(
         settings_lines,
     )
 
-    kv = demo_kv(workload, overrides)
+    kv, scenario = demo_kv(workload, overrides)
     ring = demo_ring(kv)
     if prompt_tokens is None:
         prompt_tokens = demo_prompt(kv, min(65536, MAX_TOKEN_STEPS // decode_steps))
@@ -148,14 +170,20 @@ def command(
         if from_kv and exc.parameter == "budgets":
             option = "kv.budget" if kv.budget is not None else "kv.compression_ratio"
         fail(f"{option}: {exc}")
+    except PolicyError as exc:  # a rule of the KV fields: blamed as `run` blames it
+        if scenario is not None:
+            fail(scenario.at_field(exc.blamed(scenario.overrides), str(exc)))
+        given = normalize_overrides(overrides)
+        fail(_at_field(exc.blamed(given), str(exc), given))
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
         return
     for line in settings_lines(prompt_tokens, needles, decode_steps, seed, kv=kv, ring=ring):
         click.echo(line)
-    if from_kv and budgets[0] >= prompt_tokens + decode_steps:
+    whole = [b for b in budgets if b >= prompt_tokens + decode_steps]  # asked for, either way
+    if whole:
         click.echo(
-            f"the budget {budgets[0]:,} holds the whole sequence: nothing is evicted (a longer "
+            f"the budget {whole[0]:,} holds the whole sequence: nothing is evicted (a longer "
             "--prompt-tokens compresses)"
         )
     click.echo()

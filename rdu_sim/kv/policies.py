@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from rdu_sim import plugins
-from rdu_sim.config.overrides import UnreadFieldWarning
+from rdu_sim.config.overrides import UnreadFieldWarning, override_for
 from rdu_sim.config.overrides import unread_overrides as unread_fields
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv.policy import KVPolicy, Selection
@@ -49,6 +49,7 @@ __all__ = [
     "SnapStreamPolicy",
     "StreamingLLMPolicy",
     "UnreadKVFieldWarning",
+    "check_window_in_ring",
     "context_buckets",
     "kept_counts",
     "layer_selection_of",
@@ -83,8 +84,27 @@ class PolicyError(ValueError):
         super().__init__(message)
         self.field = field
         self.also = also
-        """Other fields the rule spans: the loader blames the first of ``field, *also`` an
-        override set (``(from --set kv.recent)``), else ``field``."""
+        """Other fields the rule spans: :meth:`blamed` picks the one to name."""
+
+    def blamed(self, overrides: Mapping[str, Any]) -> str:
+        """The field an error line names: the first of ``field, *also`` an override set
+        (the loader then ends it ``(from --set kv.recent)``), else ``field``."""
+        fields = (self.field, *self.also)
+        return next((f for f in fields if override_for(f, overrides) is not None), self.field)
+
+
+def check_window_in_ring(observation_window: int, recent: int, why: str = "") -> None:
+    """SnapStream's observation window is the last ``observation_window`` tokens of its ring
+    of ``recent`` (the ring keeps it, as SnapKV keeps its window), so it must fit there: the
+    one rule for the policy and for ``rdu-sim kv-demo``'s reference cache. ``why`` ends the
+    message (the policy says why its budget compresses)."""
+    if observation_window > recent:
+        raise PolicyError(
+            "kv.observation_window",
+            f"kv.observation_window ({observation_window}) must be <= kv.recent ({recent}): "
+            f"the window sits inside the ring buffer{why}",
+            also=("kv.recent",),
+        )
 
 
 _REGISTRY: dict[str, type[PolicyBase]] = {}
@@ -147,6 +167,10 @@ class KeptCounts:
     # decode_selection), so a wrapped slot lost what they scored lowest, not its oldest
     # tokens; False (and left out of a run's JSON) for every shipped policy
     decode_evicts: bool = False
+    # what a wrapped slot keeps beside its ring, in words (``4 sinks and 1,020 selected
+    # tokens``; "" when nothing: a ring alone), so the report words a wrap per policy; not in
+    # the JSON, whose layout says it
+    stays: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Its JSON: ``decode_evicts`` only when true (only a policy evicting at decode says
@@ -529,12 +553,13 @@ class _FixedSlotPolicy(PolicyBase):
 
     def __init__(self, max_context: int, *, sinks: int, topk: int, recent: int) -> None:
         super().__init__(max_context)
-        if sinks < 0 or topk < 0 or recent < 1:
-            raise PolicyError(
-                "kv",
-                f"need sinks >= 0, topk >= 0, recent >= 1; got sinks={sinks}, "
-                f"topk={topk}, recent={recent}",
-            )
+        # the workload's fields forbid these; a policy built in Python names the field too
+        if sinks < 0:
+            raise PolicyError("kv.sinks", f"kv.sinks must be >= 0, got {sinks}")
+        if topk < 0:  # the top-K is what the budget leaves after the sinks and the ring
+            raise PolicyError("kv.budget", f"the top-K must be >= 0, got {topk}")
+        if recent < 1:
+            raise PolicyError("kv.recent", f"kv.recent must be >= 1, got {recent}")
         self.sinks = sinks
         self.topk = topk
         self.recent = recent
@@ -622,13 +647,12 @@ class SnapStreamPolicy(_FixedSlotPolicy):
         # the layout's rules bind only when a prompt can be compressed: a budget at or
         # above the context never runs the selection, so its window and split are moot
         compresses = min(budget, max_context) < max_context
-        if compresses and observation_window > recent:
-            raise PolicyError(
-                "kv.observation_window",
-                f"kv.observation_window ({observation_window}) must be <= "
-                f"kv.recent ({recent}): the window sits inside the ring buffer, and the "
-                f"budget {budget} < serving.max_context {max_context} compresses long prompts",
-                also=("kv.recent",),
+        if compresses:
+            check_window_in_ring(
+                observation_window,
+                recent,
+                f", and the budget {budget} < serving.max_context {max_context} compresses "
+                "long prompts",
             )
         if compresses and budget <= sinks + recent:
             # either part can give way: the larger first, where lowering it frees the most
@@ -768,6 +792,8 @@ class SnapKVPolicy(PolicyBase):
         min_bucket: int,
     ) -> None:
         super().__init__(max_context)
+        # no top-K left: the selection would be scored for nothing (the NumPy reference's
+        # snapkv_select accepts it, as an ablation's degenerate layout)
         if budget <= observation_window:
             raise PolicyError(
                 "kv.budget",
@@ -954,4 +980,15 @@ def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]
     slot = policy.slot_tokens()
     wrapped = int(np.count_nonzero(prefilled + written > slot))
     evicts = layer_selection_of(policy, "decode", slot, None) is not None
-    return KeptCounts(policy.layout(), compressed, wrapped, evicts)
+    return KeptCounts(policy.layout(), compressed, wrapped, evicts, _stays(policy))
+
+
+def _stays(policy: KVPolicy) -> str:
+    """What a full slot keeps beside its ring, in words, from the policy's ``describe()``
+    (``sinks``, ``topk``: the fixed-slot layouts'; a plugin without them, "")."""
+    described = policy.describe()
+    sinks, topk = int(described.get("sinks") or 0), int(described.get("topk") or 0)
+    parts = [f"{sinks:,} sink{'s' * (sinks != 1)}"] if sinks else []
+    if topk:
+        parts.append(f"{topk:,} selected token{'s' * (topk != 1)}")
+    return " and ".join(parts)

@@ -23,8 +23,9 @@ output over a few decode steps against full attention, plus the fraction of need
 ``budget`` is the static cache capacity in tokens for both compressed policies (the same
 memory): SnapStream uses ``sinks + topk + ring`` with ``ring = window`` by default and
 ``topk = budget - sinks - ring``; StreamingLLM uses ``sinks + (budget - sinks)`` ring slots.
-Nothing is ever evicted, so the error is exactly 0, once ``budget >= prompt_len +
-decode_steps``; at ``budget == prompt_len`` the decode steps already evict a few recent tokens.
+Nothing is ever evicted once ``budget >= prompt_len + decode_steps``, so the error is 0 up to
+round-off (~1e-16: a static cache sums its slots in another order than the growing reference);
+at ``budget == prompt_len`` the decode steps already evict a few recent tokens.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rdu_sim.config.workload import KVConfig
+from rdu_sim.kv.policies import check_window_in_ring
 from rdu_sim.kv.reference import FullCache, KVCache, SnapStreamCache, StreamingLLMCache
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 __all__ = [
     "POLICIES",
+    "DemoCompressionWarning",
     "DemoInputError",
     "QualityRow",
     "demo_budgets",
@@ -85,11 +89,18 @@ def _orthonormal_pair(rng: np.random.Generator, d: int) -> tuple[NDArray[np.floa
 
 class DemoInputError(ValueError):
     """An argument of :func:`quality_curve` that cannot work; ``parameter`` names it
-    (``budgets``, ``n_needles``, ``decode_steps``), so a caller blames its own option."""
+    (``budgets``, ``n_needles``, ``decode_steps``, ``prompt_len``), so a caller blames its
+    own option."""
 
     def __init__(self, parameter: str, message: str) -> None:
         super().__init__(message)
         self.parameter = parameter
+
+
+class DemoCompressionWarning(RduSimWarning):
+    """The demo runs another compression than the one its settings suggest: a budget whose
+    top-K is 0 (SnapStream then keeps what StreamingLLM keeps: their rows are equal), or a
+    prompt capped below four times the budget (a lower ratio than the demo aims at)."""
 
 
 def smallest_budget(kv: KVConfig = DEMO_KV, ring: int | None = None) -> int:
@@ -118,15 +129,31 @@ def demo_budgets(kv: KVConfig, prompt_len: int) -> list[int] | None:
 def demo_prompt(kv: KVConfig, most: int) -> int:
     """The demo's prompt when none is asked for: 1,024 tokens, or four times the smallest
     layout or the budget ``kv`` gives when larger (so the budget compresses), at most
-    ``most``."""
+    ``most``. With ``kv.compression_ratio`` the budget is the prompt over the ratio, so the
+    prompt is long enough for that budget to be twice the smallest layout (top-K gets half
+    of it: at four times the smallest layout and a ratio of 4 it would get none).
+
+    Warns (:class:`DemoCompressionWarning`) when ``most`` cuts a prompt of four times
+    ``kv.budget``: the budget then compresses it by less than 4x."""
     smallest = smallest_budget(kv, demo_ring(kv))
-    return min(most, max(1024, 4 * smallest, 4 * (kv.budget or 0)))
+    wanted = max(1024, 4 * smallest, 4 * (kv.budget or 0))
+    if kv.compression_ratio is not None:
+        wanted = max(wanted, math.ceil(2 * smallest * kv.compression_ratio))
+    if kv.budget is not None and most < 4 * kv.budget:
+        warn(
+            DemoCompressionWarning(
+                f"kv-demo: the prompt is capped at {most:,} tokens, so kv.budget "
+                f"{kv.budget:,} compresses it {most / kv.budget:.3g}x, not the 4x the demo "
+                "runs a budget at (a smaller kv.budget runs 4x)"
+            )
+        )
+    return min(most, wanted)
 
 
 def _default_budgets(prompt_len: int, decode_steps: int, smallest: int) -> list[int]:
-    """Budgets from 1/16 of the prompt to a size that holds everything (error 0), none below
-    ``smallest`` (:func:`smallest_budget`: a short prompt's fractions are raised to it, and
-    the duplicates that makes dropped)."""
+    """Budgets from 1/16 of the prompt to a size that holds everything (error 0 up to
+    round-off), none below ``smallest`` (:func:`smallest_budget`: a short prompt's fractions
+    are raised to it, and the duplicates that makes dropped)."""
     fractions = [prompt_len // 16, prompt_len // 8, prompt_len // 4, prompt_len // 2]
     budgets = [max(smallest, b) for b in [*fractions, prompt_len + decode_steps]]
     return list(dict.fromkeys(budgets))
@@ -200,6 +227,11 @@ def quality_curve(
 
     Raises:
         DemoInputError: an argument that cannot work, named by its ``parameter``.
+        PolicyError: the observation window is longer than the ring (SnapStream's rule,
+            ``kv.policies.check_window_in_ring``).
+
+    Warns:
+        DemoCompressionWarning: a budget that compresses the prompt leaves top-K no slot.
 
     Returns:
         For each budget, one row per policy in :data:`POLICIES` order: ``policy``, ``budget``,
@@ -217,6 +249,7 @@ def quality_curve(
     )
     if decode_steps < 1:
         raise DemoInputError("decode_steps", f"decode_steps must be >= 1, got {decode_steps}")
+    check_window_in_ring(window, ring_size)  # SnapStreamCache's rule, said as the policy says it
     for b in budget_list:
         if b < smallest:
             raise DemoInputError(
@@ -225,6 +258,13 @@ def quality_curve(
                 "(SnapStream's smallest layout)",
             )
     lo, hi = sinks, prompt_len - window  # needle range: after the sinks, before the window
+    if hi - lo < 1:  # no room for any needle: the prompt, not their number, is too short
+        raise DemoInputError(
+            "prompt_len",
+            f"a {prompt_len}-token prompt leaves no token for a needle between its {sinks} "
+            f"sinks and its {window}-token observation window: it must be longer than "
+            f"{sinks + window} (or lower kv.sinks or kv.observation_window)",
+        )
     if hi - lo < n_needles:
         raise DemoInputError(
             "n_needles",
@@ -259,6 +299,15 @@ def quality_curve(
     dec_v = rng.standard_normal((decode_steps, n_kv_heads, d))
     dec_q = queries(decode_steps)  # (n_q, steps, d)
 
+    empty = [b for b in budget_list if b == smallest and b < prompt_len]
+    if empty:
+        warn(
+            DemoCompressionWarning(
+                f"kv-demo: at budget {empty[0]:,} SnapStream's top-K is 0 (budget = sinks + "
+                f"ring = {sinks} + {ring_size}): it keeps what StreamingLLM keeps, so their "
+                "rows are equal (a larger budget or a smaller kv.recent leaves top-K room)"
+            )
+        )
     rows: list[QualityRow] = []
     for budget in budget_list:
         caches: dict[str, KVCache] = {

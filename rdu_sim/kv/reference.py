@@ -222,6 +222,12 @@ def snapkv_select(
     ``kv`` gives the window, the pooling and its kernel (``observation_window``,
     ``pooling``, ``kernel_size``: the workload's ``kv``; their defaults are the config
     model's, SnapKV's LongBench configuration).
+
+    ``budget == window`` is accepted: no top-K, the window alone kept (as
+    :class:`SnapStreamCache` accepts ``topk=0``), the degenerate layout an ablation may ask
+    for. The policies refuse it (``SnapKVPolicy`` a budget not above the window,
+    ``SnapStreamPolicy`` one not above sinks + ring): a workload would pay the selection's
+    scoring for no selected token, keeping what a policy without selection keeps.
     """
     n_q, n_kv, t, _ = _check_qk(q, k)
     if gqa not in ("group_mean", "repeat"):
@@ -575,8 +581,9 @@ class StreamingLLMCache(_StaticRingCache):
     longer than ``sinks + ring`` keeps its first ``sinks`` and last ``ring`` tokens; decoding
     overwrites the oldest ring slot (a ring buffer instead of the reference code's
     concatenation; attention is the same since slot order does not matter).  Positions are the
-    original ones, unlike the reference code, which re-numbers positions inside the cache for
-    RoPE; this reference applies no RoPE, so the difference is bookkeeping only.
+    original ones, unlike the reference code, which rotates cached keys by their positions
+    inside the cache (RoPE): under RoPE the two give different attention; this reference
+    applies no RoPE, so here the difference is bookkeeping only.
     """
 
     def __init__(self, n_kv_heads: int, head_dim: int, *, sinks: int, ring: int):

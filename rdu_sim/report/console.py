@@ -220,7 +220,8 @@ def kept_line(result: RunSummary) -> str:
 def kept_words(kept: KeptCounts, requests: int, label: str = "KV slot") -> str:
     """A KV policy's slot and what it cut of ``requests``, in a line headed ``label``:
     ``KV slot: snapstream: 4 sinks + 30,716 selected + 2,048 ring = 32,768 tokens a slot;
-    of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``."""
+    of 300 requests 12 had their prompt compressed at prefill, 40 outgrew the slot ...``;
+    a wrapped slot's words say what stayed beside the ring (``KeptCounts.stays``)."""
     if not kept.prompts_compressed and not kept.slots_wrapped:
         return f"{label}: {kept.layout}; no prompt compressed, no slot outgrown"
     head = (
@@ -232,7 +233,8 @@ def kept_words(kept: KeptCounts, requests: int, label: str = "KV slot") -> str:
     dropped = (
         "the policy's decode eviction dropped the tokens it scored lowest"
         if kept.decode_evicts
-        else "the ring overwrote their oldest tokens"
+        else "the ring overwrote its oldest tokens"
+        + (f"; the {kept.stays} stayed" if kept.stays else "")
     )
     return f"{head}, {kept.slots_wrapped:,} outgrew the slot in decode ({dropped})"
 
