@@ -122,6 +122,9 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
             del attributes[f"pools.{name}.ranks"]
         assert pool.kv_kept is not None and not pool.kv_kept.decode_evicts  # (nor the full policy)
         del attributes[f"pools.{name}.kv_kept.decode_evicts"]
+        # the words of what a wrapped slot keeps beside its ring are the text report's (the
+        # JSON's layout says it); the full policy keeps no ring
+        assert attributes.pop(f"pools.{name}.kv_kept.stays") == ""
         assert pool.kv_pool is None  # static slots: no paged KV pool (the key is left out)
         del attributes[f"pools.{name}.kv_pool"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
