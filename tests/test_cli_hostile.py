@@ -508,6 +508,48 @@ def test_a_sweeps_export_is_written_though_stdouts_reader_left(tmp_path: Path) -
         assert len(list(csv.reader(rows))) == 1 + 8  # a header, every point
 
 
+def _with_stderr(stderr: int, *args: str) -> tuple[int, str]:
+    """Run the CLI in a subprocess with standard error `stderr`; its status and stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    stdout, _ = proc.communicate(timeout=120)
+    return proc.returncode, stdout
+
+
+@pytest.mark.parametrize("where", ["full", "gone"])
+def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
+    tmp_path: Path, where: str
+) -> None:
+    """Standard error that cannot take the plan line and the progress (`2>/dev/full`, or
+    `2>&1 | head -1` once head has left): the sweep stopped at its first line with status
+    1 (a point's failure) and ran nothing, or after its points without its export. Now every
+    point runs, the export and stdout's table are written, and the status says what was
+    lost: 2 for a full stderr (as for a full stdout; a point failed here too, but its
+    warning is lost: never 1), 141 for a reader that left (as for stdout's)."""
+    path, db, out = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite", tmp_path / "x.csv"
+    args = ("sweep", str(path), "--db", str(db), "--workers", "1", "--export", str(out))
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            status, stdout = _with_stderr(full.fileno(), *args)
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            status, stdout = _with_stderr(write, *args)
+        finally:
+            os.close(write)
+    assert status == (2 if where == "full" else 141), stdout
+    assert "ran 8 points" in stdout and f"wrote 8 rows to {out}" in stdout
+    with out.open(newline="") as rows:
+        assert len(list(csv.reader(rows))) == 1 + 8
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
+
+
 def test_stdout_closed() -> None:
     """`>&-`: Python starts with no standard output (sys.stdout is None); said, exit 2."""
     status, stderr = _with_stdout(None, "check", str(HW), close=True)
