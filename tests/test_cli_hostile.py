@@ -508,6 +508,32 @@ def test_a_sweeps_export_is_written_though_stdouts_reader_left(tmp_path: Path) -
         assert len(list(csv.reader(rows))) == 1 + 8  # a header, every point
 
 
+@pytest.mark.parametrize("where", ["full", "gone"])
+def test_a_runs_files_are_written_though_stdout_fails(tmp_path: Path, where: str) -> None:
+    """`run --out DIR --trace FILE > /dev/full` (or `| true`): the report was printed first
+    and its failure ended the command, so neither the --out files nor the trace were
+    written. Now they are, then the failure ends it as before (2 naming <stdout>, or 141)."""
+    out, trace = tmp_path / "out", tmp_path / "tr.json"
+    args = ("run", str(LLAMA), "--set", "serving.requests=4", "--out", str(out))
+    args += ("--trace", str(trace))
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            status, stderr = _with_stdout(full.fileno(), *args)
+        assert (status, stderr) == (2, "error: <stdout>: No space left on device\n")
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            status, stderr = _with_stdout(write, *args)
+        finally:
+            os.close(write)
+        assert (status, stderr) == (141, "")
+    names = ["requests.csv", "result.json", "timeseries.csv"]
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert json.loads((out / "result.json").read_text())["requests"] == 4
+    assert b"traceEvents" in trace.read_bytes()
+
+
 def _with_stderr(stderr: int, *args: str) -> tuple[int, str]:
     """Run the CLI in a subprocess with standard error `stderr`; its status and stdout."""
     proc = subprocess.Popen(
