@@ -300,6 +300,58 @@ def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path, tmp_path
         assert result.stdout == ""  # refused before simulating
 
 
+def test_run_out_is_one_set_a_full_disk_leaves_the_older_one_whole(tmp_path: Path) -> None:
+    """The disk fills at --out's last file: result.json was replaced and the CSVs were an
+    older run's, and the error did not say so. The three are written as one set: all are the
+    older run's still, no temporary file is left, and the error line says none was written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("result.json", "requests.csv"):
+        (out / name).write_text(f"older {name}\n")
+    full_disk(out, "timeseries.csv")
+    result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json", "--out", out)
+    clean_failure(
+        result,
+        f"{out / 'timeseries.csv'}: cannot write: No space left on device (none of result.json, "
+        f"requests.csv, timeseries.csv in {out} was written: the three are replaced together "
+        "or not at all) (the report above is complete)",
+    )
+    assert '"decode_tokens_per_s"' in result.stdout
+    for name in ("result.json", "requests.csv"):
+        assert (out / name).read_text() == f"older {name}\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["result.json", "requests.csv", "timeseries.csv"]
+    )
+
+
+def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A writer killed outright leaves its temporary file (a 107 MB `.tr.json.*.tmp`). The
+    next write of the same target removes those of its host whose process is gone, and
+    leaves a live process's, another host's and any other name alone."""
+    import socket
+
+    from rdu_sim.report.files import write_file
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    stale = tmp_path / f".tr.json.{host}.{gone.pid}.abc123.tmp"
+    kept = [
+        tmp_path / f".tr.json.{host}.1.abc123.tmp",  # init: alive
+        tmp_path / f".tr.json.another-host.{gone.pid}.abc123.tmp",
+        tmp_path / ".tr.json.abc123.tmp",  # an older rdu-sim's name: whose, unknown
+        tmp_path / f".other.json.{host}.{gone.pid}.abc123.tmp",
+    ]
+    for path in (stale, *kept):
+        path.write_text("partial")
+    write_file(tmp_path / "tr.json", lambda handle: handle.write("{}"))
+    assert (tmp_path / "tr.json").read_text() == "{}"
+    assert not stale.exists() and all(path.exists() for path in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["tr.json", *(p.name for p in kept)]
+    )
+
+
 def test_run_out_that_is_a_broken_link_is_named_as_one(tmp_path: Path) -> None:
     """--out a link to a folder that is gone (or a folder below one): not "exists and is
     not a folder" (it is a link to nothing), and said before anything runs."""
