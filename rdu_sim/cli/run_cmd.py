@@ -45,6 +45,7 @@ from rdu_sim.report.files import (
     write_columns,
     write_json,
     write_outputs,
+    write_set,
 )
 from rdu_sim.report.summary import Utilization
 from rdu_sim.scenario import Scenario
@@ -221,9 +222,15 @@ def _write_cluster(
     if out_dir is not None:
         folder = out_dir
 
-        def write() -> None:
-            write_json(folder / RESULT_FILE, data)
-            write_columns(folder / REQUESTS_FILE, result.requests())
+        def write() -> None:  # one set, as a run's (``files.write_set``)
+            write_set(
+                folder,
+                [
+                    lambda staged: write_json(folder / RESULT_FILE, data, staged),
+                    lambda staged: write_columns(folder / REQUESTS_FILE, result.requests(), staged),
+                ],
+                [RESULT_FILE, REQUESTS_FILE],
+            )
 
         _write(folder, write, f"{RESULT_FILE}, {REQUESTS_FILE}", quiet)
 

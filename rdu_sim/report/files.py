@@ -24,7 +24,7 @@ import os
 import socket
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
@@ -341,22 +341,42 @@ def write_outputs(
     ``timeseries`` may be functions giving the columns (or blocks of rows of them), called
     when their file is written, so the two tables are never in memory at once."""
     folder = Path(out_dir)
-    make_folder(folder)
     paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]
+    write_set(
+        folder,
+        [
+            lambda staged: write_json(paths[0], result, staged),
+            lambda staged: write_columns(
+                paths[1], requests() if callable(requests) else requests, staged
+            ),
+            lambda staged: write_columns(
+                paths[2], timeseries() if callable(timeseries) else timeseries, staged
+            ),
+        ],
+        [path.name for path in paths],
+    )
+    return paths
+
+
+def write_set(
+    folder: Path, writes: Sequence[Callable[[Staged], object]], names: Sequence[str]
+) -> None:
+    """Call each of ``writes`` (files ``names`` in ``folder``, created if needed) as one
+    set (``Staged``): all are replaced once every one is written, or none is, and a
+    WriteError then says so."""
+    make_folder(folder)
     staged = Staged()
     try:
-        write_json(paths[0], result, staged)
-        write_columns(paths[1], requests() if callable(requests) else requests, staged)
-        write_columns(paths[2], timeseries() if callable(timeseries) else timeseries, staged)
+        for write in writes:
+            write(staged)
     except WriteError as exc:
         staged.discard()
         note = (
-            f" (none of {RESULT_FILE}, {REQUESTS_FILE}, {TIMESERIES_FILE} in {folder} was "
-            "written: the three are replaced together or not at all)"
+            f" (none of {', '.join(names)} in {folder} was written: they are replaced "
+            "together or not at all)"
         )
         raise WriteError([replace(i, message=i.message + note) for i in exc.issues]) from None
     except BaseException:
         staged.discard()
         raise
     staged.commit()
-    return paths
