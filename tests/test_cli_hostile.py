@@ -352,6 +352,19 @@ def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next(tmp_path: 
     )
 
 
+@pytest.mark.parametrize("trace", ["result.json", "requests.csv", "timeseries.csv"])
+def test_run_outputs_that_are_one_file_are_refused_before_anything_runs(
+    tmp_path: Path, trace: str
+) -> None:
+    """`run --out cf --trace cf/result.json`: the trace replaced the result, exit 0."""
+    out = tmp_path / "cf"
+    result = invoke(
+        "run", LLAMA, "--set", "serving.requests=2", "--out", out, "--trace", out / trace
+    )
+    clean_failure(result, f"{out / trace}: --trace: is also written by --out; write elsewhere")
+    assert result.stdout == "" and not out.exists()
+
+
 def test_run_out_that_is_a_broken_link_is_named_as_one(tmp_path: Path) -> None:
     """--out a link to a folder that is gone (or a folder below one): not "exists and is
     not a folder" (it is a link to nothing), and said before anything runs."""
@@ -460,9 +473,14 @@ def test_sweep_export_and_db_paths(blocker: Path, tmp_path: Path) -> None:
     path = spec(tmp_path, SYNTHETIC)
     clean_failure(invoke("sweep", path, "--db", blocker / "x.sqlite"), "not a folder")
     db = tmp_path / "r.sqlite"
-    for target in (blocker / "x.csv", full_disk(tmp_path, "x.csv")):
-        result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", target)
-        clean_failure(result, "cannot write", f"the rows are kept in {db}")
+    # an export below a file is refused before anything runs (it was found after the sweep)
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", blocker / "x.csv")
+    clean_failure(result, f"{blocker / 'x.csv'}: cannot write: {blocker} exists and is not a")
+    assert not db.exists() and result.stdout == ""
+    # a full disk is found only when written: the rows are kept, and the error says so
+    target = full_disk(tmp_path, "x.csv")
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", target)
+    clean_failure(result, "cannot write", f"the rows are kept in {db}")
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
 
@@ -982,7 +1000,17 @@ def test_a_finished_sweep_on_a_read_only_medium_is_read(
     assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
     # one that must write names the file, not its folder
     rerun = invoke("sweep", path, "--db", copy, "--workers", "1", "--rerun", "--no-progress")
-    clean_failure(rerun, str(copy), "readonly database (the file is read-only")
+    clean_failure(rerun, str(copy), "readonly database (it is on a read-only file system")
+    # a new database there, and an export there, are named as on a read-only file system
+    # (not "check the folder's permissions"); the export before anything runs
+    fresh = invoke("sweep", path, "--db", read_only_folder / "new.sqlite", "--no-progress")
+    clean_failure(fresh, str(read_only_folder / "new.sqlite"), "read-only file system")
+    there = read_only_folder / "x.csv"
+    refused = invoke("sweep", path, "--db", db, "--rerun", "--export", there, "--no-progress")
+    clean_failure(
+        refused, f"{there}: cannot write: {read_only_folder} is on a read-only file system"
+    )
+    assert refused.stdout == "" and "to run" not in refused.stderr  # nothing ran
 
 
 @pytest.mark.parametrize(

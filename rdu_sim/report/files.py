@@ -68,6 +68,43 @@ def make_folder(folder: Path, target: Path | None = None) -> None:
         raise WriteError.from_os(named, exc) from None
 
 
+def _nearest_existing(path: Path) -> Path | None:
+    """``path`` or its nearest parent that exists (None: none does, or it cannot be told)."""
+    try:
+        return next((p for p in (path, *path.parents) if p.exists()), None)
+    except (OSError, ValueError):
+        return None
+
+
+def read_only_medium(path: Path) -> bool:
+    """Whether ``path`` (or, not made yet, the nearest folder above it) is on a file system
+    mounted read-only, where nothing can be written whatever the permissions say (EROFS)."""
+    there = _nearest_existing(path)
+    if there is None:
+        return False
+    try:
+        return bool(os.statvfs(there).f_flag & os.ST_RDONLY)
+    except (OSError, ValueError):
+        return False
+
+
+def unwritable_problem(path: Path) -> str | None:
+    """Why a file cannot be written at ``path``, found before any work and without making
+    anything (a folder in the way, a read-only medium, a folder this process may not
+    write); None when nothing is known to stand in the way."""
+    problem = folder_problem(path.parent)
+    if problem is not None:
+        return problem
+    folder = _nearest_existing(path.parent)
+    if folder is None:
+        return None
+    if read_only_medium(folder):
+        return f"{folder} is on a read-only file system"
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is a folder this user may not write to"
+    return None
+
+
 def _in_place(path: Path) -> bool:
     """True for an existing target that is not a regular file (a device, a FIFO)."""
     try:
@@ -311,10 +348,18 @@ def refuse_overwrite(
     outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], reader: str
 ) -> None:
     """A WriteError, before anything runs, when an output (`option`, `path`) would replace
-    one of the files `reader` reads: `run --trace chat.csv` over the request trace it
-    replays, `--out .` over a trace named requests.csv."""
+    one of the files `reader` reads (`run --trace chat.csv` over the request trace it
+    replays, `--out .` over a trace named requests.csv), or another of its outputs (`run
+    --out cf --trace cf/result.json`: the trace replaced the result)."""
     read = list(inputs)
-    for option, out in outputs:
+    written = list(outputs)
+    for index, (option, out) in enumerate(written):
+        for other, earlier in written[:index]:
+            if same_file(out, earlier):
+                raise WriteError.single(
+                    str(out), "", f"{option}: is also written by {other}; write elsewhere"
+                )
+    for option, out in written:
         for source in read:
             if same_file(out, source):
                 raise WriteError.single(

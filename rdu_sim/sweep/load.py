@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim import extras
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.report.files import write_file
+from rdu_sim.config.errors import ConfigError, WriteError
+from rdu_sim.report.files import unwritable_problem, write_file
 from rdu_sim.sweep.store import Store, flat_name
 
 if TYPE_CHECKING:
@@ -158,7 +158,8 @@ def parquet_available() -> bool:
 
 def check_export(path: str | Path) -> None:
     """Refuse an export file that :func:`export` could not write (an unknown suffix, Parquet
-    without pyarrow) with a ConfigError naming it; the CLI asks before a sweep runs."""
+    without pyarrow: a ConfigError; a folder in the way, a read-only medium or folder: a
+    WriteError, ``files.unwritable_problem``) naming it; the CLI asks before a sweep runs."""
     out = Path(path)
     suffix = out.suffix.lower()
     if suffix in (".parquet", ".pq") and not parquet_available():
@@ -168,6 +169,9 @@ def check_export(path: str | Path) -> None:
     if suffix not in (".csv", ".parquet", ".pq"):
         kind = repr(suffix) if suffix else "a file without an extension"
         raise ConfigError.single(str(out), "", f"cannot export to {kind}: use .csv or .parquet")
+    problem = unwritable_problem(out)
+    if problem is not None:  # found before the sweep runs, not after
+        raise WriteError.single(str(out), "", f"cannot write: {problem}")
 
 
 def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -> Path:
