@@ -90,8 +90,8 @@ def test_help_imports_no_command_and_no_config() -> None:
     loaded = result.stderr.strip()
     assert loaded == (
         "['rdu_sim', 'rdu_sim.cli', 'rdu_sim.cli.errors', 'rdu_sim.cli.main', "
-        "'rdu_sim.cli.whole_output', 'rdu_sim.input_errors', 'rdu_sim.interrupts', "
-        "'rdu_sim.native']"
+        "'rdu_sim.cli.whole_output', 'rdu_sim.diagnostics', 'rdu_sim.input_errors', "
+        "'rdu_sim.interrupts', 'rdu_sim.native', 'rdu_sim.sim_warnings']"
     )
 
 

@@ -300,6 +300,71 @@ def test_run_out_that_cannot_be_written_keeps_the_report(blocker: Path, tmp_path
         assert result.stdout == ""  # refused before simulating
 
 
+def test_run_out_is_one_set_a_full_disk_leaves_the_older_one_whole(tmp_path: Path) -> None:
+    """The disk fills at --out's last file: result.json was replaced and the CSVs were an
+    older run's, and the error did not say so. The three are written as one set: all are the
+    older run's still, no temporary file is left, and the error line says none was written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("result.json", "requests.csv"):
+        (out / name).write_text(f"older {name}\n")
+    full_disk(out, "timeseries.csv")
+    result = invoke("run", LLAMA, "--set", "serving.requests=2", "--json", "--out", out)
+    clean_failure(
+        result,
+        f"{out / 'timeseries.csv'}: cannot write: No space left on device (none of result.json, "
+        f"requests.csv, timeseries.csv in {out} was written: they are replaced together or "
+        "not at all) (the report above is complete)",
+    )
+    assert '"decode_tokens_per_s"' in result.stdout
+    for name in ("result.json", "requests.csv"):
+        assert (out / name).read_text() == f"older {name}\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["result.json", "requests.csv", "timeseries.csv"]
+    )
+
+
+def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A writer killed outright leaves its temporary file (a 107 MB `.tr.json.*.tmp`). The
+    next write of the same target removes those of its host whose process is gone, and
+    leaves a live process's, another host's and any other name alone."""
+    import socket
+
+    from rdu_sim.report.files import write_file
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    stale = tmp_path / f".tr.json.{host}.{gone.pid}.abc123.tmp"
+    kept = [
+        tmp_path / f".tr.json.{host}.1.abc123.tmp",  # init: alive
+        tmp_path / f".tr.json.another-host.{gone.pid}.abc123.tmp",
+        tmp_path / ".tr.json.abc123.tmp",  # an older rdu-sim's name: whose, unknown
+        tmp_path / f".other.json.{host}.{gone.pid}.abc123.tmp",
+    ]
+    for path in (stale, *kept):
+        path.write_text("partial")
+    write_file(tmp_path / "tr.json", lambda handle: handle.write("{}"))
+    assert (tmp_path / "tr.json").read_text() == "{}"
+    assert not stale.exists() and all(path.exists() for path in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["tr.json", *(p.name for p in kept)]
+    )
+
+
+@pytest.mark.parametrize("trace", ["result.json", "requests.csv", "timeseries.csv"])
+def test_run_outputs_that_are_one_file_are_refused_before_anything_runs(
+    tmp_path: Path, trace: str
+) -> None:
+    """`run --out cf --trace cf/result.json`: the trace replaced the result, exit 0."""
+    out = tmp_path / "cf"
+    result = invoke(
+        "run", LLAMA, "--set", "serving.requests=2", "--out", out, "--trace", out / trace
+    )
+    clean_failure(result, f"{out / trace}: --trace: is also written by --out; write elsewhere")
+    assert result.stdout == "" and not out.exists()
+
+
 def test_run_out_that_is_a_broken_link_is_named_as_one(tmp_path: Path) -> None:
     """--out a link to a folder that is gone (or a folder below one): not "exists and is
     not a folder" (it is a link to nothing), and said before anything runs."""
@@ -408,9 +473,14 @@ def test_sweep_export_and_db_paths(blocker: Path, tmp_path: Path) -> None:
     path = spec(tmp_path, SYNTHETIC)
     clean_failure(invoke("sweep", path, "--db", blocker / "x.sqlite"), "not a folder")
     db = tmp_path / "r.sqlite"
-    for target in (blocker / "x.csv", full_disk(tmp_path, "x.csv")):
-        result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", target)
-        clean_failure(result, "cannot write", f"the rows are kept in {db}")
+    # an export below a file is refused before anything runs (it was found after the sweep)
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", blocker / "x.csv")
+    clean_failure(result, f"{blocker / 'x.csv'}: cannot write: {blocker} exists and is not a")
+    assert not db.exists() and result.stdout == ""
+    # a full disk is found only when written: the rows are kept, and the error says so
+    target = full_disk(tmp_path, "x.csv")
+    result = invoke("sweep", path, "--db", db, "--workers", "1", "--export", target)
+    clean_failure(result, "cannot write", f"the rows are kept in {db}")
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
 
@@ -506,6 +576,74 @@ def test_a_sweeps_export_is_written_though_stdouts_reader_left(tmp_path: Path) -
     assert status == 141 and "error" not in stderr, stderr
     with out.open(newline="") as rows:
         assert len(list(csv.reader(rows))) == 1 + 8  # a header, every point
+
+
+@pytest.mark.parametrize("where", ["full", "gone"])
+def test_a_runs_files_are_written_though_stdout_fails(tmp_path: Path, where: str) -> None:
+    """`run --out DIR --trace FILE > /dev/full` (or `| true`): the report was printed first
+    and its failure ended the command, so neither the --out files nor the trace were
+    written. Now they are, then the failure ends it as before (2 naming <stdout>, or 141)."""
+    out, trace = tmp_path / "out", tmp_path / "tr.json"
+    args = ("run", str(LLAMA), "--set", "serving.requests=4", "--out", str(out))
+    args += ("--trace", str(trace))
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            status, stderr = _with_stdout(full.fileno(), *args)
+        assert (status, stderr) == (2, "error: <stdout>: No space left on device\n")
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            status, stderr = _with_stdout(write, *args)
+        finally:
+            os.close(write)
+        assert (status, stderr) == (141, "")
+    names = ["requests.csv", "result.json", "timeseries.csv"]
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert json.loads((out / "result.json").read_text())["requests"] == 4
+    assert b"traceEvents" in trace.read_bytes()
+
+
+def _with_stderr(stderr: int, *args: str) -> tuple[int, str]:
+    """Run the CLI in a subprocess with standard error `stderr`; its status and stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdu_sim.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    stdout, _ = proc.communicate(timeout=120)
+    return proc.returncode, stdout
+
+
+@pytest.mark.parametrize("where", ["full", "gone"])
+def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
+    tmp_path: Path, where: str
+) -> None:
+    """Standard error that cannot take the plan line and the progress (`2>/dev/full`, or
+    `2>&1 | head -1` once head has left): the sweep stopped at its first line with status
+    1 (a point's failure) and ran nothing, or after its points without its export. Now every
+    point runs, the export and stdout's table are written, and the status says what was
+    lost: 2 for a full stderr (as for a full stdout; a point failed here too, but its
+    warning is lost: never 1), 141 for a reader that left (as for stdout's)."""
+    path, db, out = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite", tmp_path / "x.csv"
+    args = ("sweep", str(path), "--db", str(db), "--workers", "1", "--export", str(out))
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            status, stdout = _with_stderr(full.fileno(), *args)
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            status, stdout = _with_stderr(write, *args)
+        finally:
+            os.close(write)
+    assert status == (2 if where == "full" else 141), stdout
+    assert "ran 8 points" in stdout and f"wrote 8 rows to {out}" in stdout
+    with out.open(newline="") as rows:
+        assert len(list(csv.reader(rows))) == 1 + 8
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
 
 
 def test_stdout_closed() -> None:
@@ -862,7 +1000,17 @@ def test_a_finished_sweep_on_a_read_only_medium_is_read(
     assert sorted(p.name for p in read_only_folder.iterdir()) == [db.name]  # nothing written
     # one that must write names the file, not its folder
     rerun = invoke("sweep", path, "--db", copy, "--workers", "1", "--rerun", "--no-progress")
-    clean_failure(rerun, str(copy), "readonly database (the file is read-only")
+    clean_failure(rerun, str(copy), "readonly database (it is on a read-only file system")
+    # a new database there, and an export there, are named as on a read-only file system
+    # (not "check the folder's permissions"); the export before anything runs
+    fresh = invoke("sweep", path, "--db", read_only_folder / "new.sqlite", "--no-progress")
+    clean_failure(fresh, str(read_only_folder / "new.sqlite"), "read-only file system")
+    there = read_only_folder / "x.csv"
+    refused = invoke("sweep", path, "--db", db, "--rerun", "--export", there, "--no-progress")
+    clean_failure(
+        refused, f"{there}: cannot write: {read_only_folder} is on a read-only file system"
+    )
+    assert refused.stdout == "" and "to run" not in refused.stderr  # nothing ran
 
 
 @pytest.mark.parametrize(

@@ -500,7 +500,8 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
     )
     assert trace.read_text() == "{}"
 
-    # stopped inside --out, after its first file: the two others named as not written
+    # stopped inside --out, after its first file: the three are written as one set, so none
+    # is (result.json was written whole to its temporary file, removed), and the line says so
     def requests_stop(path: Path, *args: Any, **kwargs: Any) -> None:
         if path.name == "requests.csv":
             stopped()
@@ -510,9 +511,23 @@ def test_a_run_says_what_it_kept_wherever_the_stop_lands(tmp_path: Path) -> None
         mp.setattr("rdu_sim.report.files.write_columns", requests_stop)
         out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(fresh)])
     assert out.output.strip().splitlines()[-1] == (
-        f"interrupted (SIGINT): the report was printed; written whole: {fresh / 'result.json'}; "
-        f"not written: {fresh / 'requests.csv'}, {fresh / 'timeseries.csv'}"
+        f"interrupted (SIGINT): the report was printed; not written: {fresh / 'result.json'}, "
+        f"{fresh / 'requests.csv'}, {fresh / 'timeseries.csv'}"
     )
+    assert list(fresh.iterdir()) == []  # no temporary file left either
+    # over an older run's set: all three are the older run's still, and said to be
+    older = {name: (out_dir / name).read_bytes() for name in ("result.json", "requests.csv")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rdu_sim.report.files.write_columns", requests_stop)
+        out = runner.invoke(cli, ["run", "llama3.1-8b-1socket", *small, "--out", str(out_dir)])
+    there = " (an older copy from before this run is there)"
+    assert out.output.strip().splitlines()[-1] == (
+        "interrupted (SIGINT): the report was printed; not written: "
+        + ", ".join(
+            f"{out_dir / n}{there}" for n in ("result.json", "requests.csv", "timeseries.csv")
+        )
+    )
+    assert {name: (out_dir / name).read_bytes() for name in older} == older
 
 
 def _console_script() -> tuple[str, str]:

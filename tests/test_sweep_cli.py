@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sqlite3
 import textwrap
@@ -175,6 +176,39 @@ def test_a_point_another_spec_ran_exports_as_this_specs(tmp_path: Path) -> None:
     text = (tmp_path / "together.csv").read_text()
     assert ",low," not in text
     assert text == (tmp_path / "alone.csv").read_text()
+
+
+def test_an_export_holds_the_specs_metrics_whatever_else_the_database_holds(
+    tmp_path: Path,
+) -> None:
+    """A spec's export has its own metrics' columns, in its order: after a spec without a
+    metrics list filled the shared database, the rows it reuses held every metric, and the
+    export had a column for each (the same bytes as a run alone now); a spec without a list
+    reruns the rows the listing spec stored and exports every metric, no cell blank."""
+    listing = SYNTHETIC.replace("[decode_tokens_per_s, ttft_s.p50]", "[ttft_s, batch_slots]")
+    few = write_spec(tmp_path, listing, "few.yaml")
+    every = write_spec(
+        tmp_path, listing.replace("metrics: [ttft_s, batch_slots]\n", ""), "all.yaml"
+    )
+    shared, alone = tmp_path / "shared.sqlite", tmp_path / "alone.sqlite"
+    args = ("--workers", "1", "--no-progress")
+    assert sweep(every, *args, "--db", shared).exit_code == 0
+    together = sweep(few, *args, "--db", shared, "--export", tmp_path / "together.csv")
+    assert together.exit_code == 0 and "4 already done" in together.stderr
+    assert sweep(few, *args, "--db", alone, "--export", tmp_path / "alone.csv").exit_code == 0
+    text = (tmp_path / "together.csv").read_text()
+    assert text.splitlines()[0] == (
+        "key,sweep,status,serving.batch_slots,ttft_s.p50,ttft_s.p90,ttft_s.p99,batch_slots,"
+        "error,version"
+    )
+    assert text == (tmp_path / "alone.csv").read_text()
+
+    back = sweep(every, *args, "--db", alone, "--export", tmp_path / "all.csv")
+    assert back.exit_code == 0 and "4 done without a requested metric, rerunning" in back.stderr
+    with (tmp_path / "all.csv").open() as handle:
+        exported = list(csv.DictReader(handle))
+    assert len(exported) == 4 and {"model", "memory.hbm.kv_bytes"} <= set(exported[0])
+    assert [k for row in exported for k, v in row.items() if v == ""] == ["error"] * 4
 
 
 def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(

@@ -133,6 +133,49 @@ def test_a_new_metric_reruns_points_stored_without_it(tmp_path: Path) -> None:
     assert run_sweep(more, workers=1).ran == 0
 
 
+def test_a_spec_without_metrics_reruns_rows_another_spec_stored_with_a_few(
+    tmp_path: Path,
+) -> None:
+    """No `metrics:` list asks for every metric: a row another spec stored with only some
+    of them is run again (it held `decode_tokens_per_s` and nothing else, and was exported
+    with blank cells), and a whole row is reused by either spec."""
+    few = write_spec(tmp_path, SPEC.replace("fail_when: {serving.batch_slots: 4}", ""))
+    db = tmp_path / "shared.sqlite"
+    run_sweep(few, db=db, workers=1)
+    every = write_spec(
+        tmp_path,
+        SPEC.replace("fail_when: {serving.batch_slots: 4}", "").replace(
+            "metrics: [decode_tokens_per_s, ttft_s, memory.hbm.kv_bytes]\n", ""
+        ),
+        name="every.yaml",
+    )
+    recorder = Recorder()
+    summary = run_sweep(every, db=db, workers=1, progress=recorder)
+    assert (summary.ran, summary.already_done) == (6, 0)
+    assert "6 done without a requested metric, rerunning" in recorder.messages[0]
+    frame = load(db, keys=summary.keys, sweep=summary.name)
+    assert frame["model"].notna().all() and frame["requests_completed"].notna().all()
+    assert run_sweep(every, db=db, workers=1).already_done == 6  # whole rows: reused
+    assert run_sweep(few, db=db, workers=1).already_done == 6
+
+
+def test_a_whole_result_holds_every_name_a_reused_row_must_hold() -> None:
+    """``full_names`` (what a row must hold to be reused by a spec without a metrics list)
+    are names every result holds: a whole `simulate` result has each of them, so a row it
+    stored is never rerun for lacking one."""
+    from rdu_sim.api import run
+    from rdu_sim.sweep.run import full_names
+    from rdu_sim.sweep.spec import load_spec
+    from rdu_sim.sweep.worker import flatten
+
+    spec = load_spec(ROOT / "workloads" / "sweeps" / "llama8b-batch.yaml")
+    names = full_names(spec)
+    assert {"model", "batch_slots", "decode_tokens_per_s", "warnings"} <= names
+    assert "ttft_s" not in names and "memory" not in names  # sections: a run decides them
+    flat = flatten(run(BASE, {"serving.requests": 4}).to_dict())
+    assert names <= set(flat)
+
+
 def test_an_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> None:
     """The evaluator's result schema names the metrics: a typo fails at the spec's line in
     `check`, a dry run and a sweep's start, with nothing computed or written."""

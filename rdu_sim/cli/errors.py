@@ -14,7 +14,10 @@ status 2, with no traceback:
   sweep store name their path; `environment_message` names what it can for the rest
   (`<stdout>` when the output itself cannot be written). One end of the output is no
   failure: a reader that has left (`rdu-sim examples | head -1`) ends the command quietly
-  with the status SIGPIPE gives a command, 141, as `cat` ends under head.
+  with the status SIGPIPE gives a command, 141, as `cat` ends under head. Standard error that
+  cannot take a line loses the lines, not the work (``rdu_sim.diagnostics``): the command
+  runs to its end and leaves with 141 when its reader left, else 2
+  (``EXIT_DIAGNOSTICS_LOST``).
 
 A signal (SIGINT, SIGTERM: ``rdu_sim.interrupts``) ends there too: one line saying what
 was kept (``Interrupted.kept``, set by the work that kept it), status 128 + the signal.
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from rdu_sim.diagnostics import STDERR, console_file
 from rdu_sim.input_errors import InputError
 from rdu_sim.interrupts import Interrupted, ignore_further, kept_on_stop, stop_within
 from rdu_sim.sim_warnings import RduSimWarning
@@ -159,8 +163,9 @@ def message_of(exc: BaseException) -> str:
 def _console() -> Console:
     from rich.console import Console
 
-    # soft_wrap: never insert line breaks into messages (scripts and tests grep them).
-    return Console(stderr=True, soft_wrap=True, highlight=False)
+    # soft_wrap: never insert line breaks into messages (scripts and tests grep them); a
+    # standard error that cannot take them drops them (``diagnostics``)
+    return Console(file=console_file(), soft_wrap=True, highlight=False)
 
 
 MAX_ERROR_LINE_CHARS = 2000  # a message quoting a 5000-character input names no better
@@ -221,6 +226,23 @@ def print_usage_error(exc: click.UsageError) -> None:
     print_error(f"{exc.format_message().rstrip('.')} (see '{where} --help')")
 
 
+EXIT_DIAGNOSTICS_LOST = EXIT_INPUT_ERROR
+"""Standard error could not take what the command said (``diagnostics``: a full disk
+behind ``2>log``, ``2>/dev/full``): the work ran and its files were written, but its plan,
+warnings or error lines are lost, as a full standard output is a failure of the
+environment (status 2); a reader of standard error that left (``2>&1 | head -1``) ends it
+as one of standard output does (``EXIT_READER_GONE``). Never 1, which says a point failed."""
+
+
+def _diagnostics_kept(ctx: click.Context) -> None:
+    """Leave with the status that says standard error lost the command's diagnostics, if it
+    did (``diagnostics.STDERR.lost``)."""
+    lost = STDERR.lost
+    if lost is not None:
+        gone = isinstance(lost, BrokenPipeError)
+        ctx.exit(EXIT_READER_GONE if gone else EXIT_DIAGNOSTICS_LOST)
+
+
 class RduGroup(click.Group):
     """A click group whose commands (and nested groups) report failures uniformly."""
 
@@ -242,6 +264,7 @@ class RduGroup(click.Group):
         return ""
 
     def invoke(self, ctx: click.Context) -> Any:
+        STDERR.reset()  # this command's diagnostics (a test runs many in one process)
         try:
             with warnings.catch_warnings(), kept_on_stop(lambda: self.kept_at_stop(ctx)):
                 warnings.showwarning = _show_warning
@@ -252,6 +275,7 @@ class RduGroup(click.Group):
                         raise
                     raise Interrupted(signal.SIGINT) from None
             _flush_stdout()  # a full disk behind `> file` fails here, not at exit
+            _diagnostics_kept(ctx)
             return result
         except boundary_errors() as exc:
             if _reader_gone(exc):
@@ -259,6 +283,7 @@ class RduGroup(click.Group):
             print_error(message_of(exc))
             ctx.exit(EXIT_INPUT_ERROR)
         except SystemExit as stop:
+            _diagnostics_kept(ctx)  # a sweep's failed points' warning was lost with them
             pipe = stop.__context__
             if stop.code != 1 or not isinstance(pipe, BrokenPipeError):
                 raise

@@ -45,6 +45,7 @@ from rdu_sim.report.files import (
     write_columns,
     write_json,
     write_outputs,
+    write_set,
 )
 from rdu_sim.report.summary import Utilization
 from rdu_sim.scenario import Scenario
@@ -153,16 +154,37 @@ def _after_report(outputs: Sequence[tuple[str, Path]]) -> Callable[[], str]:
     return kept
 
 
-def _write(out_dir: Path, write: Callable[[], object], names: str, as_json: bool) -> None:
-    """Write the --out files after the report was printed (a failed write loses none of it)."""
+def _write(out_dir: Path, write: Callable[[], object], names: str, quiet: bool) -> None:
+    """Write the --out files after the report was printed (a failed write loses none of it);
+    ``quiet``: say nothing (--json, or a standard output that failed)."""
     try:
         write()
     except WriteError as exc:
         raise WriteError(
             [replace(i, message=i.message + " (the report above is complete)") for i in exc.issues]
         ) from None
-    if not as_json:
+    if not quiet:
         click.echo(f"wrote {out_dir}/{names}")
+
+
+def _report_then_write(report: Callable[[], None], write: Callable[[bool], None]) -> None:
+    """Print the report whole, then ``write`` the files (told whether to stay quiet). A
+    standard output that fails under the report (a reader that left, `| true`; a full disk,
+    `> /dev/full`) does not cost the files: they are written, quietly, and then the failure
+    is raised for the error boundary (``cli.errors``) to end the command with."""
+    lost: BaseException | None = None
+    try:
+        with deferred():  # the report is printed whole
+            report()
+    except OSError as exc:
+        lost = exc
+    except SystemExit as exc:  # rich's answer to a broken pipe (``cli.errors``)
+        if not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        lost = exc
+    write(lost is not None)
+    if lost is not None:
+        raise lost
 
 
 def _run_cluster(
@@ -180,27 +202,37 @@ def _run_cluster(
     with _progress_bar(not as_json) as progress:
         result = api_cluster.run_cluster(cluster, progress=progress)
     data = result.to_dict()
+
+    def report() -> None:
+        if as_json:
+            click.echo(json.dumps(data, sort_keys=True))
+        else:
+            print_cluster_report(result.summary())
+
     with kept_on_stop(_after_report(outputs)):
-        with deferred():  # the report is printed whole
-            if as_json:
-                click.echo(json.dumps(data, sort_keys=True))
-            else:
-                print_cluster_report(result.summary())
-        _write_cluster(out_dir, data, result, as_json)
+        _report_then_write(
+            report, lambda lost: _write_cluster(out_dir, data, result, as_json or lost)
+        )
 
 
 def _write_cluster(
-    out_dir: Path | None, data: dict[str, Any], result: ClusterResult, as_json: bool
+    out_dir: Path | None, data: dict[str, Any], result: ClusterResult, quiet: bool
 ) -> None:
-    """The cluster run's --out files, when asked for."""
+    """The cluster run's --out files, when asked for (``quiet``: without a `wrote` line)."""
     if out_dir is not None:
         folder = out_dir
 
-        def write() -> None:
-            write_json(folder / RESULT_FILE, data)
-            write_columns(folder / REQUESTS_FILE, result.requests())
+        def write() -> None:  # one set, as a run's (``files.write_set``)
+            write_set(
+                folder,
+                [
+                    lambda staged: write_json(folder / RESULT_FILE, data, staged),
+                    lambda staged: write_columns(folder / REQUESTS_FILE, result.requests(), staged),
+                ],
+                [RESULT_FILE, REQUESTS_FILE],
+            )
 
-        _write(folder, write, f"{RESULT_FILE}, {REQUESTS_FILE}", as_json)
+        _write(folder, write, f"{RESULT_FILE}, {REQUESTS_FILE}", quiet)
 
 
 @click.command("run")
@@ -270,13 +302,17 @@ def command(
     with _progress_bar(not as_json) as progress:
         result = api.run(scenario, progress=progress)
     data = result.to_dict()
+
+    def report() -> None:
+        if as_json:  # printed first: a failed --out write loses none of it
+            click.echo(json.dumps(data, sort_keys=True))
+        else:
+            print_report(result.summary())
+
     with kept_on_stop(_after_report(outputs)):
-        with deferred():  # the report is printed whole
-            if as_json:  # printed first: a failed --out write loses none of it
-                click.echo(json.dumps(data, sort_keys=True))
-            else:
-                print_report(result.summary())
-        _write_run(out_dir, trace_file, data, result, as_json)
+        _report_then_write(
+            report, lambda lost: _write_run(out_dir, trace_file, data, result, as_json or lost)
+        )
 
 
 def _write_run(
@@ -284,17 +320,22 @@ def _write_run(
     trace_file: Path | None,
     data: dict[str, Any],
     result: RunResult,
-    as_json: bool,
+    quiet: bool,
 ) -> None:
-    """The run's --out files and --trace, when asked for."""
+    """The run's --out files and --trace, when asked for (``quiet``: without `wrote` lines);
+    the trace is written though --out failed, and then the failure raised."""
+    failed: WriteError | None = None
     if out_dir is not None:
         folder = out_dir
-        _write(
-            folder,
-            lambda: write_outputs(folder, data, result.request_blocks, result.timeseries),
-            "result.json, requests.csv, timeseries.csv",
-            as_json,
-        )
+        try:
+            _write(
+                folder,
+                lambda: write_outputs(folder, data, result.request_blocks, result.timeseries),
+                "result.json, requests.csv, timeseries.csv",
+                quiet,
+            )
+        except WriteError as exc:
+            failed = exc
     if trace_file is not None:
         from rdu_sim.report.serving_trace import write_serving_trace
 
@@ -309,5 +350,7 @@ def _write_run(
                 target, result.requests(), result.timeseries(), result.batch_slots, metadata
             ),
             target.name,
-            as_json,
+            quiet,
         )
+    if failed is not None:
+        raise failed

@@ -160,8 +160,10 @@ def command(
         return
     stored = f"the sweep had finished: its rows are saved in {summary.db}"
     with kept_on_stop(stored + "; the same command prints them again (and exports them)"):
-        # the spec's grid order, each point as this sweep's (another spec may have run it)
-        frame = load(summary.db, keys=summary.keys, sweep=summary.name)
+        # the spec's grid order, each point as this sweep's (another spec may have run it),
+        # with the spec's metrics only (not those another spec's rows hold besides)
+        metrics = summary.plan.expansion.spec.spec.metrics if summary.plan is not None else None
+        frame = load(summary.db, keys=summary.keys, sweep=summary.name, metrics=metrics)
         if export_file is not None:  # written before the table: a reader of stdout leaving
             try:  # (`| head`) ends the command, and the export is then already done
                 export(frame, export_file, provenance=provenance)

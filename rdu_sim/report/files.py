@@ -4,7 +4,10 @@ way every output file is written.
 Files are written only when asked (no side effects elsewhere), with stable column order and
 float formatting, so the same run writes byte-identical files. ``write_file`` writes all or
 nothing: into a temporary file beside the target, renamed over it only when complete, so a
-full disk never leaves half a file or destroys the previous one; the folder is created;
+full disk never leaves half a file or destroys the previous one (the temporary's name
+holds this host and process, so the next writer of the target removes one a killed process
+left: ``_remove_stale``); ``--out``'s three files are one set (``Staged``), renamed into
+place together once all are written; the folder is created;
 any OSError becomes a WriteError naming the path. A target that exists and is not a regular
 file (/dev/null, /dev/full, a FIFO) is written in place: it cannot be replaced; a FIFO that
 nothing reads is refused at once (opening it would wait for a reader forever).
@@ -18,9 +21,11 @@ import errno
 import json
 import math
 import os
+import socket
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
 
@@ -61,6 +66,43 @@ def make_folder(folder: Path, target: Path | None = None) -> None:
         raise WriteError.single(str(named), "", f"cannot write: {problem}") from None
     except OSError as exc:
         raise WriteError.from_os(named, exc) from None
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    """``path`` or its nearest parent that exists (None: none does, or it cannot be told)."""
+    try:
+        return next((p for p in (path, *path.parents) if p.exists()), None)
+    except (OSError, ValueError):
+        return None
+
+
+def read_only_medium(path: Path) -> bool:
+    """Whether ``path`` (or, not made yet, the nearest folder above it) is on a file system
+    mounted read-only, where nothing can be written whatever the permissions say (EROFS)."""
+    there = _nearest_existing(path)
+    if there is None:
+        return False
+    try:
+        return bool(os.statvfs(there).f_flag & os.ST_RDONLY)
+    except (OSError, ValueError):
+        return False
+
+
+def unwritable_problem(path: Path) -> str | None:
+    """Why a file cannot be written at ``path``, found before any work and without making
+    anything (a folder in the way, a read-only medium, a folder this process may not
+    write); None when nothing is known to stand in the way."""
+    problem = folder_problem(path.parent)
+    if problem is not None:
+        return problem
+    folder = _nearest_existing(path.parent)
+    if folder is None:
+        return None
+    if read_only_medium(folder):
+        return f"{folder} is on a read-only file system"
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is a folder this user may not write to"
+    return None
 
 
 def _in_place(path: Path) -> bool:
@@ -125,9 +167,100 @@ def _through_link(link: Path) -> Path:
     raise WriteError.single(str(link), "", f"cannot write: {broken_link(link)}")
 
 
-def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: bool = False) -> Path:
+_TEMPORARY_SUFFIX = ".tmp"
+
+
+def _temporary_prefix(target: Path) -> str:
+    """The start of the name of a temporary file this process writes ``target`` through:
+    ``.NAME.HOST.PID.`` (then mkstemp's random part and ``.tmp``), so a later writer of the
+    same target can tell one a killed process left (``_remove_stale``)."""
+    host = socket.gethostname().replace("/", "_") or "localhost"
+    return f".{target.name}.{host}.{os.getpid()}."
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the temporary files of ``target`` that a process of this host, now gone, left
+    (killed outright while it wrote: a 100 MB trace's stays beside it). Only names of
+    ``_temporary_prefix``'s pattern for this target are touched, and only those whose
+    process no longer runs here: another host's, or a live process's, are in use."""
+    start = f".{target.name}."
+    host = socket.gethostname().replace("/", "_") or "localhost"
+    try:
+        names = [
+            entry.name
+            for entry in os.scandir(target.parent)
+            if entry.name.startswith(start) and entry.name.endswith(_TEMPORARY_SUFFIX)
+        ]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(start) : -len(_TEMPORARY_SUFFIX)].rsplit(".", 2)
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid() or _running(pid):
+            continue
+        with contextlib.suppress(OSError):
+            (target.parent / name).unlink()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+class Staged:
+    """Files written as one set (``write_file(staged=...)``): each is written whole to its
+    temporary file, and all are renamed into place by ``commit`` only once every one was
+    written; ``discard`` removes the temporaries (a failure or a stop before the last),
+    leaving every target as it was."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Path, Path, Path]] = []  # temporary, target, named
+
+    def add(self, temporary: Path, target: Path, named: Path) -> None:
+        self._pending.append((temporary, target, named))
+
+    def discard(self) -> None:
+        for temporary, _, _ in self._pending:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        self._pending.clear()
+
+    def commit(self) -> None:
+        """Rename every temporary over its target (renames in one folder: they do not fail
+        for want of room); a WriteError naming what was and was not replaced if one does."""
+        done: list[str] = []
+        try:
+            for temporary, target, named in self._pending:
+                try:
+                    os.replace(temporary, target)
+                except OSError as exc:
+                    error = WriteError.from_os(named, exc)
+                    kept = f"; replaced: {', '.join(done)}" if done else "; none was replaced"
+                    raise WriteError(
+                        [replace(i, message=i.message + kept) for i in error.issues]
+                    ) from None
+                done.append(str(named))
+        finally:
+            self.discard()
+
+
+def write_file(
+    path: Path | str,
+    write: Callable[[IO[Any]], object],
+    binary: bool = False,
+    staged: Staged | None = None,
+) -> Path:
     """Call ``write(handle)`` to produce ``path`` all or nothing; return the path. A path
-    that is a symbolic link is written through it (``_through_link``)."""
+    that is a symbolic link is written through it (``_through_link``). With ``staged``, the
+    file is renamed into place with the rest of its set (``Staged.commit``), not now."""
     named = Path(path)
     try:  # a name too long, a link in a loop: "cannot write" as any other write problem
         target = _through_link(named) if named.is_symlink() else named
@@ -141,13 +274,19 @@ def write_file(path: Path | str, write: Callable[[IO[Any]], object], binary: boo
             with _open_in_place(target, binary) as handle:
                 write(handle)
             return target
-        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        _remove_stale(target)
+        fd, name = tempfile.mkstemp(
+            dir=target.parent, prefix=_temporary_prefix(target), suffix=_TEMPORARY_SUFFIX
+        )
         temporary = Path(name)
         try:
             os.chmod(fd, _created_mode())  # mkstemp makes 0600; a new file is 0666 - umask
             with _open(fd, binary) as handle:
                 write(handle)
-            os.replace(temporary, target)
+            if staged is not None:
+                staged.add(temporary, target, named)
+            else:
+                os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 temporary.unlink()
@@ -172,7 +311,9 @@ ROWS_PER_BLOCK = 65_536
 block of Python floats (~20 MB), not every cell (~400 MB), beside its numpy columns."""
 
 
-def write_columns(path: Path, columns: Columns | Iterable[Columns]) -> None:
+def write_columns(
+    path: Path, columns: Columns | Iterable[Columns], staged: Staged | None = None
+) -> None:
     """Write equal-length columns as CSV with a header row, a block of rows at a time; or
     blocks of such columns one after the other (the header from the first block)."""
     blocks = iter([columns] if isinstance(columns, Mapping) else columns)
@@ -192,7 +333,7 @@ def write_columns(path: Path, columns: Columns | Iterable[Columns]) -> None:
                 for row in zip(*part, strict=True):
                     writer.writerow([_cell(v) for v in row])
 
-    write_file(path, rows)
+    write_file(path, rows, staged=staged)
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -207,10 +348,18 @@ def refuse_overwrite(
     outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], reader: str
 ) -> None:
     """A WriteError, before anything runs, when an output (`option`, `path`) would replace
-    one of the files `reader` reads: `run --trace chat.csv` over the request trace it
-    replays, `--out .` over a trace named requests.csv."""
+    one of the files `reader` reads (`run --trace chat.csv` over the request trace it
+    replays, `--out .` over a trace named requests.csv), or another of its outputs (`run
+    --out cf --trace cf/result.json`: the trace replaced the result)."""
     read = list(inputs)
-    for option, out in outputs:
+    written = list(outputs)
+    for index, (option, out) in enumerate(written):
+        for other, earlier in written[:index]:
+            if same_file(out, earlier):
+                raise WriteError.single(
+                    str(out), "", f"{option}: is also written by {other}; write elsewhere"
+                )
+    for option, out in written:
         for source in read:
             if same_file(out, source):
                 raise WriteError.single(
@@ -218,10 +367,10 @@ def refuse_overwrite(
                 )
 
 
-def write_json(path: Path, result: Mapping[str, Any]) -> None:
+def write_json(path: Path, result: Mapping[str, Any], staged: Staged | None = None) -> None:
     """The result dict as JSON (sorted keys, 2-space indent, trailing newline)."""
     text = json.dumps(result, sort_keys=True, indent=2) + "\n"
-    write_file(path, lambda handle: handle.write(text))
+    write_file(path, lambda handle: handle.write(text), staged=staged)
 
 
 def write_outputs(
@@ -230,14 +379,49 @@ def write_outputs(
     requests: Columns | Callable[[], Columns | Iterable[Columns]],
     timeseries: Columns | Callable[[], Columns | Iterable[Columns]],
 ) -> list[Path]:
-    """Write the three files into ``out_dir`` (created if needed); return their paths.
-    ``requests`` and ``timeseries`` may be functions giving the columns (or blocks of rows
-    of them), called when their file is written, so the two tables are never in memory at
-    once."""
+    """Write the three files into ``out_dir`` (created if needed) as one set: each to its
+    temporary file, then all renamed into place, so the folder never holds one run's
+    result.json beside another's CSVs (a full disk, or a stop, after the first leaves all
+    three as they were, and the error says so); return their paths. ``requests`` and
+    ``timeseries`` may be functions giving the columns (or blocks of rows of them), called
+    when their file is written, so the two tables are never in memory at once."""
     folder = Path(out_dir)
-    make_folder(folder)
     paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]
-    write_json(paths[0], result)
-    write_columns(paths[1], requests() if callable(requests) else requests)
-    write_columns(paths[2], timeseries() if callable(timeseries) else timeseries)
+    write_set(
+        folder,
+        [
+            lambda staged: write_json(paths[0], result, staged),
+            lambda staged: write_columns(
+                paths[1], requests() if callable(requests) else requests, staged
+            ),
+            lambda staged: write_columns(
+                paths[2], timeseries() if callable(timeseries) else timeseries, staged
+            ),
+        ],
+        [path.name for path in paths],
+    )
     return paths
+
+
+def write_set(
+    folder: Path, writes: Sequence[Callable[[Staged], object]], names: Sequence[str]
+) -> None:
+    """Call each of ``writes`` (files ``names`` in ``folder``, created if needed) as one
+    set (``Staged``): all are replaced once every one is written, or none is, and a
+    WriteError then says so."""
+    make_folder(folder)
+    staged = Staged()
+    try:
+        for write in writes:
+            write(staged)
+    except WriteError as exc:
+        staged.discard()
+        note = (
+            f" (none of {', '.join(names)} in {folder} was written: they are replaced "
+            "together or not at all)"
+        )
+        raise WriteError([replace(i, message=i.message + note) for i in exc.issues]) from None
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim import extras
-from rdu_sim.config.errors import ConfigError
-from rdu_sim.report.files import write_file
+from rdu_sim.config.errors import ConfigError, WriteError
+from rdu_sim.report.files import unwritable_problem, write_file
 from rdu_sim.sweep.store import Store, flat_name
 
 if TYPE_CHECKING:
@@ -46,12 +46,19 @@ def sweep_names(db: str | Path) -> list[str]:
 
 
 def load(
-    db: str | Path, *, sweep: str | None = None, keys: Sequence[str] | None = None
+    db: str | Path,
+    *,
+    sweep: str | None = None,
+    keys: Sequence[str] | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """The results in `db` as a DataFrame: `keys`' rows (with `sweep`, each of its points
     with its name and axis values, whichever spec stored it), or `sweep`'s points (its spec's
     latest, in its grid order), or, given neither, the one sweep's the database holds (every
-    row when it holds several)."""
+    row when it holds several). `metrics` (a spec's list) keeps only those metric columns,
+    in its order, each with the names stored below it: a row another spec stored with more
+    metrics adds none, so an export's columns do not depend on what else the database
+    holds; None keeps every metric the rows hold."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it
 
     with Store(Path(db), create=False) as store:
@@ -60,16 +67,19 @@ def load(
             sweep = held[0] if len(held) == 1 else None
         rows = store.rows(keys=keys, sweep=sweep)
     axes: dict[str, None] = {}
-    metrics: dict[str, None] = {}
+    found: dict[str, None] = {}
+    rank: dict[str, int] = {}  # metric column -> its metric's place in `metrics`
     kinds: dict[str, set[bool]] = {}  # column -> whether each value held is an integer
     names: dict[str, dict[Any, None]] = {part: {} for part in (*SUBJECT, *CONFIG_FIELDS)}
     records: list[dict[str, Any]] = []
     for row in rows:
         overrides = {flat_name(k, "overrides"): v for k, v in row["overrides"].items()}
-        values = {flat_name(k, "metrics"): v for k, v in (row["metrics"] or {}).items()}
+        kept = _wanted(row["metrics"] or {}, metrics)  # stored name -> (rank, value)
+        values = {flat_name(k, "metrics"): v for k, (_, v) in kept.items()}
+        rank.update({flat_name(k, "metrics"): r for k, (r, _) in kept.items()})
         _subject(row["config"], names)
         axes.update(dict.fromkeys(overrides))
-        metrics.update(dict.fromkeys(values))
+        found.update(dict.fromkeys(values))
         record = {name: row[name] for name in (*_LEADING, *_TRAILING)}
         record.update(overrides)
         for name, value in values.items():
@@ -80,7 +90,8 @@ def load(
                     isinstance(value, int) and not isinstance(value, bool)
                 )
         records.append(record)
-    columns = [*_LEADING, *axes, *(m for m in metrics if m not in axes), *_TRAILING]
+    ordered = sorted(found, key=rank.__getitem__)  # stable: first seen within a metric
+    columns = [*_LEADING, *axes, *(m for m in ordered if m not in axes), *_TRAILING]
     frame = pd.DataFrame.from_records(records, columns=columns)
     frame.attrs["axes"] = list(axes)  # which columns the spec varied (plots go along them)
     # columns of whole numbers only: a failed point's empty cell makes pandas store them as
@@ -89,6 +100,22 @@ def load(
     for part, seen in names.items():  # what was simulated, for titles: each name once
         frame.attrs[part] = list(seen)
     return frame
+
+
+def _wanted(stored: dict[str, Any], metrics: Sequence[str] | None) -> dict[str, tuple[int, Any]]:
+    """The stored metrics ``metrics`` asks for (a name, or a section and every name below
+    it, as a sweep's worker keeps them: ``worker.select``), each with the place of the
+    metric that asked for it; all of them (place 0) for None."""
+    if metrics is None:
+        return {k: (0, v) for k, v in stored.items()}
+    kept: dict[str, tuple[int, Any]] = {}
+    for name, value in stored.items():
+        place = next(
+            (i for i, m in enumerate(metrics) if name == m or name.startswith(m + ".")), None
+        )
+        if place is not None:
+            kept[name] = (place, value)
+    return kept
 
 
 CONFIG_FIELDS = {
@@ -131,7 +158,8 @@ def parquet_available() -> bool:
 
 def check_export(path: str | Path) -> None:
     """Refuse an export file that :func:`export` could not write (an unknown suffix, Parquet
-    without pyarrow) with a ConfigError naming it; the CLI asks before a sweep runs."""
+    without pyarrow: a ConfigError; a folder in the way, a read-only medium or folder: a
+    WriteError, ``files.unwritable_problem``) naming it; the CLI asks before a sweep runs."""
     out = Path(path)
     suffix = out.suffix.lower()
     if suffix in (".parquet", ".pq") and not parquet_available():
@@ -141,6 +169,9 @@ def check_export(path: str | Path) -> None:
     if suffix not in (".csv", ".parquet", ".pq"):
         kind = repr(suffix) if suffix else "a file without an extension"
         raise ConfigError.single(str(out), "", f"cannot export to {kind}: use .csv or .parquet")
+    problem = unwritable_problem(out)
+    if problem is not None:  # found before the sweep runs, not after
+        raise WriteError.single(str(out), "", f"cannot write: {problem}")
 
 
 def export(frame: pd.DataFrame, path: str | Path, *, provenance: bool = False) -> Path:

@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.diagnostics import console_file
 from rdu_sim.sweep.worker import Outcome
 
 
@@ -70,10 +71,13 @@ class _RateColumn(ProgressColumn):
 
 
 class RichReporter:
-    """Messages and a rich progress bar on stderr (`bar=False`: the messages only)."""
+    """Messages and a rich progress bar on stderr (`bar=False`: the messages only). A
+    standard error that cannot take them ends them, never the sweep (``diagnostics``)."""
 
     def __init__(self, console: Console | None = None, *, bar: bool = True) -> None:
-        self.console = console or Console(stderr=True, soft_wrap=True)
+        # standard error that fails quietly: a full or closed one stops the progress, not
+        # the sweep (``diagnostics``)
+        self.console = console or Console(file=console_file(), soft_wrap=True)
         self.bar = bar
         self._progress: Progress | None = None
         self._task: TaskID | None = None

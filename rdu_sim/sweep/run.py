@@ -331,15 +331,31 @@ def check_writes(expansion: Expansion, db: Path, writes: Sequence[tuple[str, Pat
     refuse_overwrite(writes, inputs, "the sweep")
 
 
+def full_names(loaded: LoadedSpec) -> frozenset[str]:
+    """The names every whole result of the spec's evaluator holds (its result schema's
+    top-level leaves: ``model``, ``batch_slots``, ...; a section may be absent from a
+    result, a leaf never is), empty for an evaluator without a schema. A spec without a
+    ``metrics:`` list asks for every metric, and a stored row lacking one of these was
+    stored by a spec that kept only some (``plan``)."""
+    entry = get_evaluator(loaded.spec.evaluator.name)
+    if entry.result is None:
+        return frozenset()
+    return frozenset(name for name, below in entry.result().names.items() if below is None)
+
+
 def plan(
     expansion: Expansion,
     existing: Mapping[str, Existing],
     *,
     retry_failed: bool,
     rerun: bool = False,
+    full: frozenset[str] = frozenset(),
 ) -> Plan:
-    """Decide which points run, from what the database holds (``rerun``: every point)."""
-    metrics = set(expansion.spec.spec.metrics or ())
+    """Decide which points run, from what the database holds (``rerun``: every point). A
+    done row is reused when it holds every metric the spec lists, or with no list every
+    name a whole result holds (``full``: ``full_names``), so a row another spec stored with
+    a few metrics is run again, not exported with blank cells."""
+    metrics = set(expansion.spec.spec.metrics or full)
     to_run: list[Point] = []
     done = failed_before = retrying = stale = reran = 0
     for point in expansion.points:
@@ -508,10 +524,13 @@ def _run_sweep(
         db_path = Path(db) if db is not None else default_db(loaded.file)
         check_writes(expansion, db_path, writes)
         keys = tuple(p.key for p in expansion.points)
+        # with no metrics list, a reused row must hold a whole result (the spec's own
+        # evaluator's names: another evaluator's are not known)
+        full = full_names(loaded) if evaluator is None and not loaded.spec.metrics else frozenset()
 
         if dry_run:
             existing = _peek(db_path, keys, reporter.message)
-            the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun)
+            the_plan = plan(expansion, existing, retry_failed=retry_failed, rerun=rerun, full=full)
             fits = check_fits(the_plan.to_run, evaluate) if the_plan.to_run else None
             line = the_plan.describe() + (f"; {fits.describe()}" if fits is not None else "")
             reporter.message(line + " (dry run: nothing runs)")
@@ -525,7 +544,7 @@ def _run_sweep(
             store.set_members(loaded.name, [(p.key, _axis_values(p)) for p in expansion.points])
             owner = claims.me()
             with _claiming(store, owner):
-                the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun)
+                the_plan = _claimed_plan(store, owner, expansion, retry_failed, rerun, full)
                 reporter.message(the_plan.describe())
                 summary = _summary(loaded.name, db_path, keys, the_plan)
                 metrics = tuple(loaded.spec.metrics) if loaded.spec.metrics else None
@@ -543,7 +562,7 @@ def _run_sweep(
                 try:
                     run(the_plan.to_run)
                     if the_plan.elsewhere:
-                        _take_over(store, owner, expansion, the_plan, summary, reporter, run)
+                        _take_over(store, owner, expansion, the_plan, summary, reporter, run, full)
                 except interrupts.Interrupted as stop:
                     raise interrupts.Interrupted(
                         stop.signum, _kept(store, keys, summary.ran, "point", rerun)
@@ -600,18 +619,23 @@ def _give_back(store: Store, owner: claims.Owner, *, wait: bool = True) -> None:
 
 
 def _claimed_plan(
-    store: Store, owner: claims.Owner, expansion: Expansion, retry_failed: bool, rerun: bool
+    store: Store,
+    owner: claims.Owner,
+    expansion: Expansion,
+    retry_failed: bool,
+    rerun: bool,
+    full: frozenset[str] = frozenset(),
 ) -> Plan:
     """The plan, its points to run claimed for ``owner`` (``claims``): those a live other
     process holds are left to it (``Plan.elsewhere``). The rows are read again once the
     points are claimed, so a point another process stored since the first reading (and so
     no longer claimed) is not run again."""
     keys = [p.key for p in expansion.points]
-    first = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
+    first = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun, full=full)
     if not first.to_run:
         return first
     held = store.claim([p.key for p in first.to_run], owner, claims.alive)
-    again = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun)
+    again = plan(expansion, store.existing(keys), retry_failed=retry_failed, rerun=rerun, full=full)
     mine = tuple(p for p in again.to_run if p.key not in held)
     store.release(owner, {p.key for p in first.to_run} - set(held) - {p.key for p in mine})
     # a point its owner stored since the claim is done, not elsewhere: counted once
@@ -628,6 +652,7 @@ def _take_over(
     summary: SweepSummary,
     reporter: Reporter,
     run: Callable[[Sequence[Point]], None],
+    full: frozenset[str] = frozenset(),
 ) -> None:
     """Once this sweep's own points are stored: wait for the points other processes held
     (``Plan.elsewhere``), running here each one whose owner died or gave it back without
@@ -636,7 +661,9 @@ def _take_over(
     def run_taken(taken: set[str]) -> set[str]:
         existing = store.existing(sorted(taken))
         points = tuple(p for p in expansion.points if p.key in taken)  # grid order
-        need = plan(replace(expansion, points=points), existing, retry_failed=False).to_run
+        need = plan(
+            replace(expansion, points=points), existing, retry_failed=False, full=full
+        ).to_run
         store.release(owner, taken - {p.key for p in need})
         run(need)
         return {p.key for p in need}

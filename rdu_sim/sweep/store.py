@@ -43,7 +43,7 @@ from rdu_sim import human
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import file_problem
-from rdu_sim.report.files import made_through_link, make_folder
+from rdu_sim.report.files import made_through_link, make_folder, read_only_medium
 from rdu_sim.sim_warnings import RduSimWarning, warn
 from rdu_sim.sweep.claims import Owner
 
@@ -208,6 +208,8 @@ def _problem(
             "rerun once it is done, or use another database file"
         )
     if "readonly" in text or "unable to open" in text:
+        if read_only_medium(path):
+            return f"{text} (it is on a read-only file system: use a database elsewhere)"
         if os.path.exists(path) and not os.access(path, os.W_OK):
             return f"{text} (the file is read-only: check its permissions, or its medium's)"
         return f"{text} (check the folder's permissions: SQLite writes its journal there)"
