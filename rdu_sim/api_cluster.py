@@ -118,6 +118,11 @@ class EmptyPrefixCacheWarning(RduSimWarning):
     """A pool that prefills, in a cluster with a prefix cache, has room for no block."""
 
 
+class UncappedPrefixCacheWarning(RduSimWarning):
+    """``prefix_cache.capacity`` is at least a paged pool's whole KV pool: it caps nothing
+    there (its cache may take the whole pool, as without a cap)."""
+
+
 def _prefix_blocks(
     cluster: ClusterScenario, pool: PoolScenario, placement: Placement
 ) -> tuple[int, int]:
@@ -172,19 +177,17 @@ def _paged_prefix_blocks(
         return whole, per_block
     block_bytes = per_block * kv.page_bytes
     blocks = capacity // block_bytes
-    if blocks >= whole:
-        raise overridden(
-            cluster.issue(
-                "prefix_cache.capacity",
-                f"{capacity} bytes per socket cap nothing: pool {pool.name!r}'s paged KV pool "
-                f"({kv.pages} pages of {kv.page_tokens} tokens, {kv.pages * kv.page_bytes} "
-                f"bytes per socket) holds {whole} blocks in all, and its cached blocks may "
-                "take any pages no running request holds (evicted as admissions need them); "
-                "omit capacity, or give less to cap the cache",
-            ),
-            cluster.file,
-            cluster.overrides,
+    if blocks >= whole:  # (one cluster-wide cap may limit a larger pool beside this one)
+        warn(
+            UncappedPrefixCacheWarning(
+                f"{cluster.file}: prefix_cache.capacity: {capacity} bytes per socket cap "
+                f"nothing in pool {pool.name!r}: its paged KV pool ({kv.pages} pages of "
+                f"{kv.page_tokens} tokens, {kv.pages * kv.page_bytes} bytes per socket) holds "
+                f"{whole} blocks in all, and its cached blocks may take any pages no running "
+                "request holds (evicted as admissions need them)"
+            )
         )
+        return whole, per_block
     if not blocks:  # a cache of no block caches nothing
         raise overridden(
             cluster.issue(

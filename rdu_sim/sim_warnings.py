@@ -15,7 +15,7 @@ kinds, each where its rule lives:
   prompts past the stack's token budget ``serving.limits.UnchunkedPromptWarning``;
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
-- a cluster: ``api_cluster.EmptyPrefixCacheWarning``;
+- a cluster: ``api_cluster.EmptyPrefixCacheWarning``, ``api_cluster.UncappedPrefixCacheWarning``;
 - ``rdu-sim kv-demo``'s compression other than asked: ``kv.quality.DemoCompressionWarning``;
 - stored data: ``sweep.store.DamagedRowWarning``, ``validate.evaluation_cache.
   CutLineWarning``, ``validate.overlays.MissingFittedFileWarning``.

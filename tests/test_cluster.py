@@ -394,9 +394,23 @@ def test_prefix_cache_lru_and_pinning() -> None:
     assert cache.not_cached == 1 and cache.match([30]) == 0 and len(cache) <= 3
     cache.release(2)
     cache.release(3)
-    cache.insert(5, [40])  # LRU among unpinned: 10 and 12 (released first) before 20
-    assert cache.match([20]) == 1 and cache.match([10]) == 0
+    cache.insert(5, [40])  # LRU among unpinned: 10 and 12 (released first) before 20, and
+    # request 2's tail (12) before its head (10): a leaving request's blocks idle tail first
+    assert cache.match([20]) == 1 and cache.match([10, 12]) == 1 and cache.evicted == 2
     assert cache.lookups == 4 and cache.hits == 1
+
+
+def test_a_prompts_tail_is_evicted_before_its_head() -> None:
+    """Evicting a leading block would leave the blocks after it unusable (a hit needs the
+    whole prefix): a released chain goes idle last block first, so room is made from its
+    tail and what stays is still a usable prefix."""
+    cache = PrefixCache(4)
+    cache.insert(1, [1, 2, 3, 4])
+    cache.release(1)
+    cache.insert(2, [9])  # one block of room: the chain's last
+    assert cache.match([1, 2, 3, 4]) == 3 and cache.evicted == 1
+    cache.insert(3, [8, 7])  # two more: from the tail again
+    assert cache.match([1, 2, 3, 4]) == 1 and cache.evicted == 3
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from rdu_sim.api_cluster import run_cluster
+from rdu_sim.api_cluster import UncappedPrefixCacheWarning, run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.cluster.prefix_cache import PooledBlocks, PrefixCache
 from rdu_sim.kv.paged import PagedKV, block_pages
@@ -249,7 +249,7 @@ GPU = {"hardware": "dgx-h100", "stack": "tensorrt-llm"}
 GPU_DISAGGREGATED = {"pools.prefill.set": GPU, "pools.decode.set": GPU}
 
 
-@pytest.mark.parametrize(("capacity", "blocks", "hits"), [(None, 934, 848), ("8 GiB", 128, 665)])
+@pytest.mark.parametrize(("capacity", "blocks", "hits"), [(None, 934, 848), ("8 GiB", 128, 669)])
 def test_the_shipped_disaggregated_cluster_on_gpus_shares_its_pool(
     capacity: str | None, blocks: int, hits: int
 ) -> None:
@@ -295,11 +295,19 @@ def test_pool_share_is_refused_naming_what_replaced_it(tmp_path: Path) -> None:
     assert code == 2 and out.startswith(f"error: {path}:10: prefix_cache.pool_share: was removed")
 
 
-def test_a_cap_that_caps_nothing_and_blocks_not_whole_pages_are_refused(tmp_path: Path) -> None:
-    code, out = _run(
-        str(_gpu_cluster(tmp_path, TRACE, "prefix_cache: {block_tokens: 512, capacity: 1 TB}\n"))
+def test_a_cap_that_caps_nothing_warns_and_blocks_not_whole_pages_are_refused(
+    tmp_path: Path,
+) -> None:
+    """A cap at least a pool's whole KV pool leaves that pool's cache the whole pool, as
+    without one (a cluster-wide cap may still limit a larger pool), and says so."""
+    path = _gpu_cluster(tmp_path, TRACE, "prefix_cache: {block_tokens: 512, capacity: 1 TB}\n")
+    with pytest.warns(UncappedPrefixCacheWarning, match="cap nothing in pool 'serve'"):
+        capped = run_cluster(str(path))
+    (tmp_path / "b").mkdir()
+    plain = run_cluster(
+        str(_gpu_cluster(tmp_path / "b", TRACE, "prefix_cache: {block_tokens: 512}\n"))
     )
-    assert code == 2 and "prefix_cache.capacity: 1000000000000 bytes per socket cap nothing" in out
+    assert capped.to_dict()["prefix_cache"] == plain.to_dict()["prefix_cache"]
     rows = [json.loads(line) for line in TRACE.read_text().splitlines()[:40]]
     for row in rows:  # 96-token blocks: not whole 64-token pages
         row["hash_ids"] = list(range(-(-row["input_length"] // 96)))

@@ -88,6 +88,15 @@ def test_one_id_more_or_fewer_is_refused(tmp_path: Path, count: int) -> None:
         raise_first(lambda: read_table(path, "auto", blocks=Blocks(512, "x")))
 
 
+def test_a_row_repeating_a_block_hash_is_refused(tmp_path: Path) -> None:
+    """Block i's hash names the prompt's first i + 1 blocks, so one row's hashes all differ; a
+    repeat would be pinned twice and its pages counted off the request's reservation twice."""
+    row = {**_row(0, 2048), "hash_ids": [7, 7, 7, 7]}
+    path = _mooncake(tmp_path, [_row(0, 100, start=99), row])
+    with pytest.raises(ConfigError, match=r":2: hash_ids: block hash 7 appears twice"):
+        raise_first(lambda: read_table(path, "auto", blocks=Blocks(512, "x")))
+
+
 def raise_first(read: Any) -> None:
     """Call ``read`` and re-raise its ConfigError as its one line (what the CLI prints)."""
     try:

@@ -124,8 +124,10 @@ class PrefixCache:
             mine.add(block)
 
     def release(self, request: int) -> None:
-        """A request left the replica: unpin its blocks (they stay cached, most recent last)."""
-        for block in self._held.pop(request, ()):
+        """A request left the replica: unpin its blocks (they stay cached, most recent last),
+        its last block first, so LRU evicts a prompt's tail before its head (as vLLM frees
+        them): a leading block evicted first would leave the blocks after it unusable."""
+        for block in reversed(self._held.pop(request, ())):
             refs = self._refs[block] - 1
             self._refs[block] = refs
             if refs == 0:

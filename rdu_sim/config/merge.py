@@ -20,7 +20,8 @@ VARIANT_KEYS = ("dist", "family", "kind", "config_json", "model_type")
 architecture's ``family``, a hardware file's ``kind``, and the forms of a model field (a
 config.json's path, a config.json's keys by their ``model_type``). A new mapping that gives
 one of them another value than the old one holds (or one the old lacks) replaces the old.
-(tests/test_merge.py checks that every discriminator of the config's models is here.)"""
+(tests/test_override_mappings.py checks that every discriminator of the config's models is
+here.)"""
 
 
 def other_variant(base: Mapping[Any, Any], overlay: Mapping[Any, Any]) -> bool:

@@ -85,6 +85,14 @@ def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
             raise lines.error(
                 f"expected a list of at most {MAX_BLOCKS:,} integer block hashes", "hash_ids", line
             )
+        if len(set(hashes)) != len(hashes):  # block i names the first i + 1 blocks: all differ
+            repeated = next(h for i, h in enumerate(hashes) if h in hashes[:i])
+            raise lines.error(
+                f"block hash {repeated} appears twice: a block's hash names the prompt's whole "
+                "prefix up to it, so the blocks of one prompt differ",
+                "hash_ids",
+                line,
+            )
         row = {name: value for name, value in obj.items() if name not in _OWN}
         row.update(
             arrival_s=arrival,
