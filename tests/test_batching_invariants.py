@@ -16,6 +16,7 @@ import pytest
 from test_cluster import LLAMA, assert_served_once, fake, write_cluster, write_trace
 from test_serving_alone import policy_of, requests_of, round_step
 
+from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cluster.routers import base as routers_base
 from rdu_sim.cluster.routers import router_names
 from rdu_sim.kv import policies as kv_policies
@@ -105,15 +106,24 @@ def test_the_setups_make_admissions_wait_for_pages() -> None:
     assert (admitted["paged"] > admitted["slots"]).any()
 
 
+PAGED_GPU = {  # a TensorRT-LLM pool small enough that its pages bind beside the prefix cache
+    "hardware": "dgx-h100",
+    "stack": "tensorrt-llm",
+    "stack.kv_memory_fraction": 0.03,
+}
+
+
+@pytest.mark.parametrize("device", ["sn40l", "paged-gpu"])
 @pytest.mark.parametrize("disaggregated", [False, True], ids=["mixed", "disaggregated"])
 @pytest.mark.parametrize("router", router_names())
 def test_every_router_conserves_what_it_serves(
-    tmp_path: Path, router: str, disaggregated: bool
+    tmp_path: Path, router: str, disaggregated: bool, device: str
 ) -> None:
     """A Mooncake trace with shared prefixes and a prefix cache (what every shipped router
-    may read) over three replicas of 8 slots, or a prefill and a decode pool: every request
-    served once, every output token generated, no replica holding more than its slots, and
-    the times of each request in order."""
+    may read) over three replicas of 8 slots, or a prefill and a decode pool, on SN40L
+    static slots or a paged GPU pool the cache shares: every request served once, every
+    output token generated, no replica holding more than its slots or its pages, and the
+    times of each request in order."""
     spec = SyntheticTrace(requests=90, rate=8.0, prompt_median=2000, prompt_high=6000, seed=4)
     trace = write_trace(tmp_path, "m.jsonl", synthetic_table(spec), "mooncake")
     fields: dict[str, Any] = {
@@ -121,13 +131,17 @@ def test_every_router_conserves_what_it_serves(
         "router": {"policy": router},
         "prefix_cache": {"block_tokens": 512},
     }
+    pool_set = {"serving.batch_slots": 8, **(PAGED_GPU if device == "paged-gpu" else {})}
+    serve_pool = {"workload": str(LLAMA), "set": pool_set}
     if disaggregated:
-        serve_pool = {"workload": str(LLAMA), "set": {"serving.batch_slots": 8}}
         fields["pools"] = {
             "prefill": {**serve_pool, "replicas": 2, "role": "prefill"},
             "decode": {**serve_pool, "replicas": 2, "role": "decode"},
         }
-    result = fake(write_cluster(tmp_path, **fields))
+    else:
+        fields["pools"] = {"serve": {**serve_pool, "replicas": 3}}
+    path = write_cluster(tmp_path, **fields)  # (the fake backend sizes SN40L slots only)
+    result = run_cluster(path) if device == "paged-gpu" else fake(path)
     assert_served_once(result)
     records, serving = result.run.records, result.run.serving
     served = ~result.run.fit.rejected
@@ -146,6 +160,11 @@ def test_every_router_conserves_what_it_serves(
             [(int(t), 1) for t in serving.admit_ps[mine]] + [(int(t), -1) for t in held[mine]]
         )
         assert max(np.cumsum([change for _, change in events])) <= 8
+    for pool in result.to_dict()["pools"].values():
+        paged = pool.get("kv_pool")
+        assert (paged is not None) == (device == "paged-gpu")
+        if paged is not None:
+            assert 0 < paged["peak_pages"] <= paged["pages"]
 
 
 # --- the registries are the one list of names ------------------------------------------------
