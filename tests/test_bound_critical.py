@@ -18,9 +18,10 @@ from rdu_sim.report.bound import StepBound, remedy_words, step_bound
 from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.serving.run import plan_capacity
 
-LLAMA_8S = "workloads/llama3.1-8b-8socket.yaml"
-LLAMA_1S = "workloads/llama3.1-8b-1socket.yaml"
-RACKS = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA_8S = str(ROOT / "workloads/llama3.1-8b-8socket.yaml")
+LLAMA_1S = str(ROOT / "workloads/llama3.1-8b-1socket.yaml")
+RACKS = str(ROOT / "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml")
 BACKEND = EngineBackend()
 
 
@@ -105,6 +106,7 @@ def test_explicit_slots_spill_weights_below_the_capacity_cliff() -> None:
 def _bad_hardware(tmp: Path, body: str) -> Path:
     (tmp / "hw.yaml").write_text(f"extends: sn40l-8\nname: bad\nsocket:\n{body}")
     text = Path(LLAMA_8S).read_text().replace("../hw_configs/sn40l-8.yaml", "hw.yaml")
+    assert "hardware: hw.yaml" in text
     workload = tmp / "wl.yaml"
     workload.write_text(text)
     return workload
