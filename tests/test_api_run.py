@@ -159,8 +159,10 @@ def test_no_room_for_one_sequence_is_a_capacity_error() -> None:
 
     from rdu_sim.compiler import CapacityError
 
+    # auto: the capacity is the batch, and none is no batch (an explicit batch_slots spills
+    # weights to DDR instead: its memory plan decides, test_bound_critical)
     with pytest.raises(CapacityError, match="not even one sequence"):
-        api.run(LLAMA, backend=Full())
+        api.run(LLAMA, {"serving.batch_slots": "auto"}, backend=Full())
 
 
 def test_bad_kv_parameters_are_a_config_error() -> None:

@@ -38,12 +38,17 @@ def test_link_totals_keep_each_class_busiest_direction() -> None:
     for dst, nbytes in ((1, 6.4e6), (2, 1e6), (4, 2e6)):  # in-node, in-rack, across racks
         topo.send(0, dst, nbytes)
     env.run()
-    sent, busiest = link_totals(topo)
+    sent, busiest, flight = link_totals(topo)
     assert sent == pytest.approx(9.4e6)
     assert busiest == pytest.approx((6.4e6 / NODE[0], 1e6 / RACK[0], 2e6 / NET[0]), rel=1e-12)
-    fields = link_busy_fields(busiest)
+    # under way: each send's serialisation and then its class's latency
+    lone = (6.4e6 / NODE[0] + NODE[1], 1e6 / RACK[0] + RACK[1], 2e6 / NET[0] + NET[1])
+    assert flight == pytest.approx(lone, rel=1e-12)
+    fields = link_busy_fields(busiest, flight)
     assert fields["link_busy_s"] == max(busiest) == fields["inter_rack_link_busy_s"]
     assert [fields[f"{f}_busy_s"] for f in LINK_FIELDS] == list(busiest)
+    assert fields["link_flight_s"] == max(flight)
+    assert [fields[f"{f}_flight_s"] for f in LINK_FIELDS] == list(flight)
 
 
 def test_the_busiest_class_ties_to_the_first_and_none_is_empty() -> None:

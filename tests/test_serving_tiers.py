@@ -90,9 +90,19 @@ def test_capacity_hints_never_suggest_what_is_already_set() -> None:
 def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> None:
     """The capacity error reads as every other error does (``error: FILE: FIELD: message``):
     at the field an override set when one of those it names was (with its ``(from --set)``
-    note), HBM capacity among the ways out; trial Q's had no file and no field."""
+    note), HBM capacity among the ways out; trial Q's had no file and no field. With 'auto'
+    slots: the file's own 16 slots spill weights to DDR instead, refused only where their
+    KV cache alone outgrows HBM, at serving.batch_slots' line."""
     result = CliRunner().invoke(
-        cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=16 GiB"]
+        cli,
+        [
+            "run",
+            str(LLAMA_8B),
+            "--set",
+            "hw.socket.hbm.capacity=16 GiB",
+            "--set",
+            "serving.batch_slots=auto",
+        ],
     )
     assert result.exit_code == 2
     line = result.output.strip()
@@ -105,6 +115,14 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
         "or give each socket more HBM (hw.socket.hbm.capacity, now 16 GiB) "
         "(from --set hw.socket.hbm.capacity)"
     ), line
+    explicit = CliRunner().invoke(
+        cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=16 GiB"]
+    )
+    assert explicit.exit_code == 2
+    assert explicit.output.startswith(
+        f"error: {LLAMA_8B}:14: serving.batch_slots: the KV cache of 16 slots (16 GiB"
+    ), explicit.output
+    assert "more than its whole HBM (16 GiB) even without the weights" in explicit.output
 
 
 def test_not_one_sequence_fitting_a_file_as_written_is_at_its_max_context_line(

@@ -96,9 +96,11 @@ def test_a_short_layer_loop_hides_under_the_layers_reads() -> None:
     assert bound.bound == "hbm" and bound.loop_s == pytest.approx(31 * 5e-6, rel=1e-12)
 
 
-def test_compute_time_is_spread_over_the_usable_pcus() -> None:
+def test_compute_time_is_the_busiest_stage_s() -> None:
     """Half the usable PCUs, twice the compute time: a prefill at usable_fraction 0.45 is
-    bound by compute for most of its step."""
+    bound by compute for most of its step. The compute time is each kernel's busiest stage's
+    PCU time (``StepTiming.critical_s``), at least the PCUs' busy time spread over every
+    usable PCU (the stages share them, none idle less than the average)."""
     times = {}
     for fraction in (0.9, 0.45):
         overrides = {"hw.socket.usable_fraction": fraction}
@@ -107,9 +109,8 @@ def test_compute_time_is_spread_over_the_usable_pcus() -> None:
         assert bound.bound == "compute"
         assert bound.compute_s > 0.9 * timing.device_s
         socket = api.load(LLAMA_1S, overrides).hardware.socket  # type: ignore[union-attr]
-        assert bound.compute_s == pytest.approx(
-            timing.busy_s["pcu"] * socket.pcu.count / socket.usable_pcus, rel=1e-12
-        )
+        assert bound.compute_s == timing.critical_s["pcu"] <= timing.device_s
+        assert bound.compute_s >= timing.busy_s["pcu"] * socket.pcu.count / socket.usable_pcus
         times[fraction] = bound.compute_s
     assert times[0.45] == pytest.approx(2 * times[0.9], rel=0.1)
 

@@ -46,18 +46,16 @@ def _step_json(*args: str) -> dict[str, Any]:
     return data
 
 
-def test_the_compute_time_says_it_is_the_pcus_busy_time_over_the_usable_ones() -> None:
-    """The bound line's compute time (731 us) is the busy table's pcu (658 us, over all
-    1,040 PCUs) spread over the 936 a kernel may use (socket.usable_fraction 0.9): said
-    where the time is given, as another resource's and as the bound (a prefill)."""
+def test_the_compute_time_says_it_is_the_busiest_stage_s() -> None:
+    """The bound line's compute time (745 us) is each kernel's busiest stage's PCU time,
+    longer than the busy table's pcu (658 us, averaged over all 1,040 PCUs) even spread over
+    the 936 a kernel may use: said where the time is given, as another resource's and as
+    the bound (a prefill)."""
     for args, where in (((), "each resource alone: compute"), (("--phase", "prefill"), "")):
         data = _step_json("llama3.1-8b-1socket", *args)
         pcu, compute = data["busy_s"]["pcu"], data["bound"]["compute_s"]
-        assert compute == pcu * 1040 / 936
-        note = (
-            f"PCU busy {human.duration(pcu)} over the 936 of 1,040 PCUs a kernel may use, "
-            "socket.usable_fraction"
-        )
+        assert compute >= pcu * 1040 / 936
+        note = f"the busiest stage's PCUs; all 1,040 PCUs busy {human.duration(pcu)} on average"
         said = _step("llama3.1-8b-1socket", *args)
         if where:
             assert f"{where} {human.duration(compute)} ({note})," in said

@@ -82,6 +82,8 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     calls): its batch capacity and memory plan (a separate draft's too), or a Composition of
     Experts' own plan (the router and an expert in HBM, every expert in DDR) and its
     popularity's trace column; a paged KV pool that holds every request (``check_pool``);
+    its decode step at its batch slots and longest context compiled (a kernel's stages and
+    buffers against the socket's PCUs, PMUs and SRAM, ``compiler.errors.at_hardware``);
     refused in the run's words, nothing simulated."""
     from rdu_sim.serving.backend import EngineBackend
     from rdu_sim.serving.run import plan_capacity
@@ -90,7 +92,15 @@ def _check_plan(scenario: Any, trace: Any) -> None:
         from rdu_sim.serving.coe import check_popularity
 
         check_popularity(scenario, None if trace is None else trace.expert)
-    _, slots, placement, _, _ = plan_capacity(scenario, EngineBackend())
+    backend = EngineBackend()
+    _, slots, placement, _, _ = plan_capacity(scenario, backend)
+    if scenario.workload.coe is None:  # the run's decode step, compiled: what the socket holds
+        from rdu_sim.compiler.placement import slot_tokens
+        from rdu_sim.shapes import StepShape
+        from rdu_sim.speculation import verify_tokens
+
+        decode = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
+        backend.compiler(scenario).program(decode)
     if placement.kv_pool is not None:  # the requests its run makes, against its pool
         from rdu_sim.serving.limits import check_pool
         from rdu_sim.serving.run import scenario_requests

@@ -306,8 +306,9 @@ def _print_tables(
     of = "the step" if label == "bound by" else human.duration(data["step_s"])
     if resource in notes:
         of = f"{of}, {notes[resource]}"
+    words = resource_words(resource, bound["link"] or "", bound.get("link_term") or "")
     console.print(
-        f"{label} [bold]{resource_words(resource, bound['link'] or '')}[/] "
+        f"{label} [bold]{words}[/] "
         f"({human.duration(limit)} of "
         f"{of}; each resource alone: {others}); the device "
         f"{human.duration(data['device_s'])}, the host adds {human.duration(data['runtime_s'])} "

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
-from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.errors import HardwareCapacityError
 from rdu_sim.compiler.program import StageProgram, Tier
 
 Edge = tuple[str, str, bool]
@@ -384,13 +384,20 @@ def plan_tiles(
             break
         spilled = spilled | {candidates.pop(0)}
     worst = max(range(len(staged)), key=lambda i: stream[i].total)
-    raise CapacityError(
+    raise HardwareCapacityError.of(
         f"kernel {kernel!r}: its stages' buffers need {need:,} PMUs of "
         f"{human.size(pmu_bytes, 4)} even at {tiles:,} tiles per call, more than the "
         f"{pmus:,} usable per socket; the largest is stage {staged[worst].name!r} with "
         f"{human.size(stream[worst].total, 4)} (input slots, operand window, writes); raise "
         "hw.socket.pmu.sram, lower engine.buffer_tiles or engine.prefetch_tiles, or raise "
-        "parallelism.tp"
+        "parallelism.tp",
+        (
+            "hw.socket.pmu.sram",
+            "hw.socket.pmu.count",
+            "engine.buffer_tiles",
+            "engine.prefetch_tiles",
+            "parallelism.tp",
+        ),
     )
 
 

@@ -44,7 +44,12 @@ from rdu_sim.compiler.buffers import (
     residency,
     rows_floor,
 )
-from rdu_sim.compiler.errors import CapacityError, SlotsCapacityError, at_slots
+from rdu_sim.compiler.errors import (
+    HardwareCapacityError,
+    SlotsCapacityError,
+    at_hardware,
+    at_slots,
+)
 from rdu_sim.compiler.expert_exchange import micro_batch_shapes
 from rdu_sim.compiler.expert_schedule import ProgramTimer, choose_schedule
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
@@ -327,7 +332,37 @@ class Compiler:
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
         queries = self.queries(shape, planned, stage)
-        kernels = shared(
+        try:
+            kernels = self._kernel_programs(shape, stage, planned, all_experts, fractions, kv_tier)
+        except HardwareCapacityError as exc:  # the view has no overrides: the scenario's
+            raise at_hardware(self.scenario, exc) from None
+        self._kernels.pop((shape, _index(stage), *queries, all_experts), None)  # not needed again
+        devices = view.scenario.workload.parallelism.stage_devices
+        load = shard_plan(view.scenario, all_experts=all_experts).expert_load
+        program = Program(
+            shape=shape,
+            tp=view.scenario.tp,
+            kernels=kernels,
+            placement=placement,
+            host_bytes=host_bytes(view.scenario, shape),
+            stage_devices=devices if devices > view.scenario.tp else 0,
+            expert_balance=None if load is None else load.load(shape.rows, shape.joint_tokens),
+        )
+        return replace(program, placement=with_sram(placement, program.sram_bytes))
+
+    def _kernel_programs(
+        self,
+        shape: StepShape,
+        stage: PipelineStage | None,
+        planned: int,
+        all_experts: bool,
+        fractions: dict[str, float],
+        kv_tier: Tier,
+    ) -> tuple[KernelProgram, ...]:
+        """The step's kernels, compiled (shared among compilers of equal views)."""
+        view = self.view
+        queries = self.queries(shape, planned, stage)
+        return shared(
             "kernels",
             (
                 view.digest,
@@ -346,19 +381,6 @@ class Compiler:
                 self.kernels(shape, stage, planned, all_experts),
             ),
         )
-        self._kernels.pop((shape, _index(stage), *queries, all_experts), None)  # not needed again
-        devices = view.scenario.workload.parallelism.stage_devices
-        load = shard_plan(view.scenario, all_experts=all_experts).expert_load
-        program = Program(
-            shape=shape,
-            tp=view.scenario.tp,
-            kernels=kernels,
-            placement=placement,
-            host_bytes=host_bytes(view.scenario, shape),
-            stage_devices=devices if devices > view.scenario.tp else 0,
-            expert_balance=None if load is None else load.load(shape.rows, shape.joint_tokens),
-        )
-        return replace(program, placement=with_sram(placement, program.sram_bytes))
 
 
 def _index(stage: PipelineStage | None) -> int:
@@ -637,11 +659,16 @@ def _kernel_program(
         ]
     usable_pcus, usable_pmus = socket.usable_pcus, socket.usable_pmus
     if len(drafts) > min(usable_pcus, usable_pmus):
-        raise CapacityError(
+        raise HardwareCapacityError.of(
             f"kernel {kernel.name!r} has {len(drafts)} stages, each needing a PCU and a PMU, "
             f"but the hardware's usable_fraction leaves {usable_pcus} PCUs and {usable_pmus} "
             "PMUs per socket; raise socket.pcu.count, socket.pmu.count or "
-            "socket.usable_fraction"
+            "socket.usable_fraction",
+            (
+                *(("hw.socket.pcu.count",) if len(drafts) > usable_pcus else ()),
+                *(("hw.socket.pmu.count",) if len(drafts) > usable_pmus else ()),
+                "hw.socket.usable_fraction",
+            ),
         )
     plan = plan_tiles(
         kernel.name,

@@ -84,3 +84,47 @@ def at_slots(scenario: Scenario, slots: int, exc: SlotsCapacityError) -> SlotsCa
     located = SlotsCapacityError(scenario.at_field(field, message))
     located.field = field
     return located
+
+
+class HardwareCapacityError(CapacityError):
+    """A kernel the hardware's socket cannot hold (more stages than its PCUs or PMUs, buffers
+    more than its PMUs' SRAM): ``fields`` the settings at fault, as a workload's ``--set``
+    names them (``hw.socket.pcu.count``, ``engine.buffer_tiles``), most direct first, for
+    :func:`at_hardware` to locate it."""
+
+    fields: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, message: str, fields: tuple[str, ...]) -> HardwareCapacityError:
+        """The error ``message`` at one of ``fields``."""
+        exc = cls(message)
+        exc.fields = fields
+        return exc
+
+
+def at_hardware(scenario: Scenario, exc: HardwareCapacityError) -> CapacityError:
+    """``exc`` located as the loader locates a field's problem: at the first of its fields
+    an override set (``Scenario.at_field``: the workload's file, the field and the --set that
+    gave it), else at the first ``hw.*`` one the hardware file itself sets (its file, line
+    and field), else at the hardware file and its first ``hw.*`` field (one the file it
+    extends set). The one rule of every command that compiles (run, step, check)."""
+    from pathlib import Path
+
+    from rdu_sim.config.errors import ConfigError, ConfigIssue
+    from rdu_sim.config.hardware_file import read_hardware
+    from rdu_sim.config.overrides import override_for
+
+    message = str(exc)
+    for field in exc.fields:
+        if override_for(field, scenario.overrides) is not None:
+            return CapacityError(scenario.at_field(field, message))
+    own = [f.removeprefix("hw.") for f in exc.fields if f.startswith("hw.")]
+    if not own:
+        return exc
+    try:
+        lines = read_hardware(Path(scenario.hardware_file))[1]
+    except (ConfigError, OSError):  # a shipped name's file read as the scenario did
+        lines = {}
+    field = next((f for f in own if tuple(f.split(".")) in lines), own[0])
+    issue = ConfigIssue(scenario.hardware_file, field, message, lines.get(tuple(field.split("."))))
+    return CapacityError(str(issue))

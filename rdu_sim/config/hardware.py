@@ -50,10 +50,18 @@ class MemoryTierConfig(StrictModel):
         return self
 
 
+USABLE_UNITS = (
+    "at least 1 / socket.usable_fraction: floor(usable_fraction x count) must leave one, as "
+    "a kernel stage needs one"
+)
+"""The least PCU and PMU count, a rule across fields (``SocketConfig``'s check): what the
+schema's descriptions of ``pcu.count`` and ``pmu.count`` say beside their minimum of 1."""
+
+
 class PCUConfig(StrictModel):
     """Pattern compute units: the socket's compute."""
 
-    count: int = Field(ge=1, le=1_000_000, description="PCUs per socket")
+    count: int = Field(ge=1, le=1_000_000, description=f"PCUs per socket ({USABLE_UNITS})")
     peak_flops: FlopsPerSecond = Field(
         ge=MIN_RATE, le=1e16, description="peak BF16 FLOP/s of one PCU"
     )
@@ -78,7 +86,7 @@ class PCUConfig(StrictModel):
 class PMUConfig(StrictModel):
     """Pattern memory units: the socket's on-chip SRAM, distributed beside the PCUs."""
 
-    count: int = Field(ge=1, le=1_000_000, description="PMUs per socket")
+    count: int = Field(ge=1, le=1_000_000, description=f"PMUs per socket ({USABLE_UNITS})")
     sram: Bytes = Field(gt=0, le=2**40, description="SRAM bytes of one PMU")
     bandwidth: BytesPerSecond = Field(
         ge=MIN_RATE, le=MAX_BANDWIDTH, description="bytes/s of one PMU"
@@ -147,7 +155,7 @@ class SocketConfig(StrictModel):
             if usable < 1:
                 raise ValueError(
                     f"usable_fraction x {unit}.count = {self.usable_fraction:g} x {count} "
-                    f"leaves no usable {unit.upper()} (a kernel stage needs at least one)"
+                    f"leaves no usable {unit.upper()}: {USABLE_UNITS}"
                 )
         return self
 

@@ -269,19 +269,22 @@ class KernelSim:
         socket, pipe, topo = self.sockets[0], self.pipelines[0], self.topology
         cfg = socket.config
         pcu_s = sum(g.n_pcus * g.busy.busy_time for g in pipe.pcus.values())
+        pcu_stage_s = max((g.busy.busy_time for g in pipe.pcus.values()), default=0.0)
         flops = sum(g.matrix_flops for g in pipe.pcus.values())
         vector = sum(g.vector_flops for g in pipe.pcus.values())
         pmu_s = 0.0
+        pmu_stage_s = 0.0
         sram = 0.0
         for stage in pipe.kernel.stages:
             runner = pipe.runners[stage.name]
             bufs = pipe.buffers[stage.name]
             moved = sum(b.bytes_moved() for b in bufs)
             pmus = max(stage.pmus, 1)
-            port_s = moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time
-            pmu_s += stage.pmus * min(port_s, elapsed)
+            port_s = min(moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time, elapsed)
+            pmu_s += stage.pmus * port_s
+            pmu_stage_s = max(pmu_stage_s, port_s)
             sram += runner.sram_bytes
-        p2p, link_busy = link_totals(topo)
+        p2p, link_busy, link_flight = link_totals(topo)
         return RunStats(
             time_s=elapsed,
             overhead_s=socket.launcher.overhead_time,
@@ -293,7 +296,9 @@ class KernelSim:
             vector_flops=vector,
             pcu_s=pcu_s,
             pmu_s=pmu_s,
+            pcu_stage_s=pcu_stage_s,
+            pmu_stage_s=pmu_stage_s,
             hbm_busy_s=socket.channels["hbm"].busy.busy_time,
             ddr_busy_s=socket.channels["ddr"].busy.busy_time,
-            **link_busy_fields(link_busy),
+            **link_busy_fields(link_busy, link_flight),
         )

@@ -41,21 +41,36 @@ def link_field(topo: Topology, i: int, j: int) -> str:
     return LINK_FIELDS[topo.link_class(i, j)]
 
 
-def link_totals(topo: Topology) -> tuple[float, tuple[float, float, float]]:
-    """(bytes socket 0 sent, the busiest link direction's busy time of each link class, in
-    ``LINK_FIELDS``' order) so far, after the symmetric collectives' sends computed ahead are
-    flushed up to now. The busiest direction of all is the largest of the three."""
+LinkTimes = tuple[float, float, float]
+"""A time of each link class, in ``LINK_FIELDS``' order."""
+
+
+def link_totals(topo: Topology) -> tuple[float, LinkTimes, LinkTimes]:
+    """(bytes socket 0 sent, the busiest link direction's serialisation time of each link
+    class, the longest time a direction of each class had a transfer under way: from its
+    first byte leaving to its arrival, latency included, ``P2PLink.flight_time``) so far,
+    after the symmetric collectives' sends computed ahead are flushed up to now. The busiest
+    direction of all is the largest of the three."""
     topo.chains.flush()
     busiest = [0.0, 0.0, 0.0]
+    flight = [0.0, 0.0, 0.0]
     for link_class, link, direction in topo.classed_directions():
         busiest[link_class] = max(busiest[link_class], link.busy_time(direction))
-    return topo.bytes_sent(0), (busiest[0], busiest[1], busiest[2])
+        flight[link_class] = max(flight[link_class], link.flight_time(direction))
+    return (
+        topo.bytes_sent(0),
+        (busiest[0], busiest[1], busiest[2]),
+        (flight[0], flight[1], flight[2]),
+    )
 
 
-def link_busy_fields(busiest: tuple[float, float, float]) -> dict[str, float]:
-    """``RunStats``' link busy times from ``link_totals``' busiest direction of each class:
-    each class's (``<field>_busy_s``) and the busiest of all (``link_busy_s``)."""
+def link_busy_fields(busiest: LinkTimes, flight: LinkTimes) -> dict[str, float]:
+    """``RunStats``' link times from ``link_totals``' of each class: the busiest direction's
+    serialisation (``<field>_busy_s``, and the busiest of all ``link_busy_s``) and its time
+    under way (``<field>_flight_s``, ``link_flight_s``)."""
     return {
         "link_busy_s": max(busiest),
         **{f"{field}_busy_s": s for field, s in zip(LINK_FIELDS, busiest, strict=True)},
+        "link_flight_s": max(flight),
+        **{f"{field}_flight_s": s for field, s in zip(LINK_FIELDS, flight, strict=True)},
     }

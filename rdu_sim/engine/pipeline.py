@@ -178,6 +178,8 @@ def pipelined_timing(
         bytes_by_tier=bytes_by_tier,
         busy_s=busy,
         link_busy_s={name: value * parts for name, value in first.link_busy_s.items()},
+        critical_s={unit: value * parts for unit, value in first.critical_s.items()},
+        link_flight_s={name: value * parts for name, value in first.link_flight_s.items()},
         utilization={unit: value / step for unit, value in busy.items()},
         hbm_bandwidth_fraction=first.hbm_bandwidth_fraction * parts * first.step_s / step,
         flops_fraction=first.flops_fraction * parts * first.step_s / step,

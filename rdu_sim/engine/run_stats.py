@@ -25,6 +25,12 @@ class RunStats:
     vector_flops: float = 0.0
     pcu_s: float = 0.0  # PCU-seconds busy (each stage's busy time x its PCUs)
     pmu_s: float = 0.0  # PMU-port-seconds busy
+    # the critical (busiest) stage's: its PCUs' busy time and its PMU ports' busy time, each
+    # the largest over the kernel's stages (a stage's PCUs and PMUs work together, so the
+    # busiest stage's time is what the kernel waits for where one stage is slower than the
+    # rest): ``report.bound``'s compute and pmu times
+    pcu_stage_s: float = 0.0
+    pmu_stage_s: float = 0.0
     hbm_busy_s: float = 0.0  # time at least one HBM stream was active
     ddr_busy_s: float = 0.0
     link_busy_s: float = 0.0  # busiest link direction's serialisation time
@@ -33,6 +39,13 @@ class RunStats:
     intra_node_link_busy_s: float = 0.0
     inter_node_link_busy_s: float = 0.0
     inter_rack_link_busy_s: float = 0.0
+    # the same directions' time with a transfer under way, from its first byte leaving to its
+    # arrival (serialisation and latency: ``P2PLink.flight_time``), the longest of each class
+    # and of all: what the links cost the step's critical path (``report.bound``'s link time)
+    link_flight_s: float = 0.0
+    intra_node_link_flight_s: float = 0.0
+    inter_node_link_flight_s: float = 0.0
+    inter_rack_link_flight_s: float = 0.0
     blocks_busy_s: float = 0.0  # time a GPU's decode attention's thread blocks streamed
 
     def as_dict(self) -> dict[str, float]:
@@ -59,3 +72,18 @@ class RunStats:
                 for f in fields(self)
             }
         )
+
+
+OBSERVED: frozenset[str] = frozenset(
+    {
+        "pcu_stage_s",
+        "pmu_stage_s",
+        "link_flight_s",
+        "intra_node_link_flight_s",
+        "inter_node_link_flight_s",
+        "inter_rack_link_flight_s",
+    }
+)
+"""``RunStats`` fields that only observe a run for the reports (what binds it), never decide
+its future: fast-forward's cycle rule does not compare them (``fast_forward._close``), so
+they cannot change where a looped kernel is cut; they extrapolate like the rest."""

@@ -143,6 +143,13 @@ class StepTiming:
     # keyed by the hardware's system.* field (``engine.links.LINK_FIELDS``); the classes the
     # step sent on (what ``report.bound`` names a link-bound step by)
     link_busy_s: dict[str, float] = field(default_factory=dict)
+    # each unit's time on the step's critical path, summed over its kernels (``RunStats``):
+    # "pcu" and "pmu" the busiest stage's PCUs' and PMU ports' busy time (SN40L), "link" the
+    # busiest link direction's time with a transfer under way, latency included; what
+    # ``report.bound`` takes the compute, pmu and link times from
+    critical_s: dict[str, float] = field(default_factory=dict)
+    # critical_s["link"] by link class, as link_busy_s is busy_s["link"]'s
+    link_flight_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def device_s(self) -> float:
@@ -259,6 +266,12 @@ def step_timing(
         total.inter_rack_link_busy_s,
     )
     link_busy = {name: s for name, s in zip(LINK_FIELDS, by_class, strict=True) if s > 0}
+    flights = (
+        total.intra_node_link_flight_s,
+        total.inter_node_link_flight_s,
+        total.inter_rack_link_flight_s,
+    )
+    link_flight = {name: s for name, s in zip(LINK_FIELDS, flights, strict=True) if s > 0}
     return StepTiming(
         step_s=step_s,
         phase=shape.phase,
@@ -289,6 +302,12 @@ def step_timing(
         expert_balance=program.expert_balance,
         expert_schedule=program.expert_schedule,
         link_busy_s=link_busy,
+        critical_s={
+            "pcu": total.pcu_stage_s,
+            "pmu": total.pmu_stage_s,
+            "link": total.link_flight_s,
+        },
+        link_flight_s=link_flight,
     )
 
 

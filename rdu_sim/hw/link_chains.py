@@ -73,6 +73,10 @@ class _Collective:
         self.done = env.event()
 
 
+_Pending = tuple[float, P2PLink, int, float, str | None, float, float, float]
+"""A send's link counters, counted once it is final: (send time, link, direction, bytes, tag,
+start, end, arrival)."""
+
 _Send = tuple[float, int, _Collective, int, int]
 """A pending send: (time, order, collective, first hop of the chain, step)."""
 
@@ -86,13 +90,14 @@ class LinkChains:
         self._order = itertools.count()
         self._active: list[_Collective] = []  # started, completion not yet fired
         self._arrived: list[tuple[float, int, _Collective]] = []  # complete, not yet fired
-        # Sends computed since the last commit, in send order: their counters (the first
+        # Sends computed since the last commit, in send order: their counters (send time, link,
+        # direction, bytes, tag, start, end, arrival; the first
         # ``_applied`` of them already counted by ``flush``; a send through two ports in
         # series has its own pending entry for the first, just before its own) and how to
         # undo them: (the send, its direction's ``free_at`` list, direction, previous free
         # time, the order of the send it scheduled or -1 when it ended its chain, the chain's
         # collective's previous finish, the first port's previous free time or -1).
-        self._pending: list[tuple[float, P2PLink, int, float, str | None, float, float]] = []
+        self._pending: list[_Pending] = []
         self._applied = 0
         self._undo: list[tuple[_Send, list[float], int, float, int, float, float]] = []
         self._wake: tuple[float, Event] | None = None
@@ -202,14 +207,14 @@ class LinkChains:
         now = float(self.env.now)
         pending, i = self._pending, self._applied
         while i < len(pending) and pending[i][0] <= now:
-            _, link, direction, size, tag, start, end = pending[i]
-            link.account(size, direction, tag, start, end)
+            _, link, direction, size, tag, start, end, arrival = pending[i]
+            link.account(size, direction, tag, start, end, arrival)
             i += 1
         self._applied = i
 
     def _commit(self) -> None:
-        for _, link, direction, size, tag, start, end in self._pending[self._applied :]:
-            link.account(size, direction, tag, start, end)
+        for _, link, direction, size, tag, start, end, arrival in self._pending[self._applied :]:
+            link.account(size, direction, tag, start, end, arrival)
         self._pending.clear()
         self._applied = 0
         self._undo.clear()
@@ -241,11 +246,11 @@ class LinkChains:
                     now, via_prev, via.bandwidth, prev, bandwidth, size
                 )
                 via.free_at[0] = end1
-                pending.append((now, via, 0, size, coll.tag, start1, end1))
+                pending.append((now, via, 0, size, coll.tag, start1, end1, end1))
             free[direction] = end
-            pending.append((now, link, direction, size, coll.tag, start, end))
             # SimPy fires the arrival at now + (arrival - now), which can differ in the last bit
             at = now + ((end + latency) - now)
+            pending.append((now, link, direction, size, coll.tag, start, end, at))
             if step + 1 < coll.steps:
                 scheduled = next(order)
                 push(heap, (at, scheduled, coll, r, step + 1))

@@ -70,6 +70,10 @@ class P2PLink:
         self.latency = float(latency)
         self.bytes = (ByteCounter(), ByteCounter())
         self.busy = (BusyTracker(f"{name}[0]"), BusyTracker(f"{name}[1]"))
+        # Each direction's time with a transfer under way, from its first byte leaving to its
+        # arrival (serialisation and latency): what the links cost a step's critical path
+        # where it waits for them (``report.bound``'s link time), latency included.
+        self.flight = (BusyTracker(f"{name}[0]"), BusyTracker(f"{name}[1]"))
         # When each direction has finished serialising what it was given (the FIFO's tail).
         self.free_at = [float(env.now), float(env.now)]
 
@@ -92,13 +96,15 @@ class P2PLink:
         # Busy [start, end] is recorded at once (known now; in send order, as ``hw.link_chains``
         # records its transfers, so that both can share a link).
         self.busy[direction].add(start, end)
+        self.flight[direction].add(start, arrival)
         return self.env.timeout(arrival - now, value=arrival)
 
     def transfer_via(self, via: P2PLink, nbytes: float, tag: str | None = None) -> Event:
         """Send ``nbytes`` through port ``via`` (its direction 0) and then this link's
         direction 0, two FIFO servers in series (:func:`series`); the event fires on arrival,
         this link's latency after the second stage ends. Both ports count the bytes and the
-        time they held them."""
+        time they held them (``via`` until its stage ends: this link's latency is the one
+        paid)."""
         if nbytes < 0:
             raise ValueError(f"{self.name}: nbytes must be >= 0, got {nbytes}")
         now = float(self.env.now)
@@ -107,17 +113,25 @@ class P2PLink:
         )
         via.free_at[0] = end1
         self.free_at[0] = end2
-        via.account(nbytes, 0, tag, start1, end1)
-        self.account(nbytes, 0, tag, start2, end2)
         arrival = end2 + self.latency
+        via.account(nbytes, 0, tag, start1, end1, end1)
+        self.account(nbytes, 0, tag, start2, end2, arrival)
         return self.env.timeout(arrival - now, value=arrival)
 
     def account(
-        self, nbytes: float, direction: int, tag: str | None, start: float, end: float
+        self,
+        nbytes: float,
+        direction: int,
+        tag: str | None,
+        start: float,
+        end: float,
+        arrival: float,
     ) -> None:
-        """Count a transfer claimed outside :meth:`transfer` (bytes, busy ``[start, end]``)."""
+        """Count a transfer claimed outside :meth:`transfer` (bytes, busy ``[start, end]``,
+        under way ``[start, arrival]``)."""
         self.bytes[direction].add(nbytes, tag)
         self.busy[direction].add(start, end)
+        self.flight[direction].add(start, arrival)
 
     @property
     def total_bytes(self) -> float:
@@ -127,3 +141,8 @@ class P2PLink:
     def busy_time(self, direction: int) -> float:
         """Seconds direction ``direction`` spent serialising bytes."""
         return self.busy[direction].busy_time
+
+    def flight_time(self, direction: int) -> float:
+        """Seconds direction ``direction`` had a transfer under way, from its first byte
+        leaving to its arrival (serialisation and latency, overlaps once)."""
+        return self.flight[direction].busy_time

@@ -110,6 +110,7 @@ def measure(result: ClusterResult) -> dict[str, Any]:
             metrics[f"{half}_step_label"] = bound_label(bound.limit_s, bound.step_s)
             if bound.link:  # the link class the links' time is (report.bound.StepBound.link)
                 metrics[f"{half}_step_link"] = bound.link
+                metrics[f"{half}_step_link_term"] = bound.link_term
         if half == "ttft":
             metrics["ttft_step_tokens"] = int(floors.prompt_tokens[index])
             if shape.cache_len == 0:  # the whole prompt in one step: the bucket it runs at

@@ -4,18 +4,24 @@ The one reading of a step's binding resource, for every report that names one: a
 ``bound`` (``rdu-sim step``), a run's ``decode_step.bound``, ``rdu-sim compare``'s
 per-variant line and its verdict, and the plan's why (``rdu_sim.report.slo_why``). A resource's
 time is what the step asks of it alone, on the step's path: ``hbm`` and ``ddr`` the tier's
-bytes at its bandwidth x efficiency; ``compute`` the time the compute units were busy (SN40L's
-PCUs, a GPU's SMs: matrix and vector work at the efficiencies the engine simulated, spread
-over the units a kernel may use: on SN40L ``usable_fraction`` of its PCUs,
-``SocketConfig.usable_pcus``); ``link`` the socket-to-socket links' serialisation time
-(collectives): each kernel's busiest link direction, summed over the step's kernels
-(``RunStats.link_busy_s``), named by the link class whose own time (each kernel's busiest
-direction of that class, summed) is largest (``StepBound.link``: the hardware's
-``system.intra_node_link``, ``inter_node_link`` or ``inter_rack_link``;
-:func:`resource_words` and :func:`remedy_words` name it). Kernels whose busiest direction is
-of different classes (an all-reduce within a node, an all-to-all across nodes) make
-``link_s`` more than the named class's time: the class named is the largest part of the
-links' time, not always all of it;
+bytes at its bandwidth x efficiency; ``compute`` the time the compute units were busy (a
+GPU's SMs; on SN40L the critical stage's PCUs: each kernel's busiest stage's PCU busy time,
+matrix and vector work at the efficiencies the engine simulated, summed over the step's
+kernels, ``RunStats.pcu_stage_s``: a kernel's stages run as a pipeline, so its slowest stage
+is what it waits for, and a stage given too few PCUs binds though the PCUs on average are
+idle); ``pmu`` SN40L's PMU SRAM bandwidth the same way (each kernel's busiest stage's PMU
+ports' busy time, ``RunStats.pmu_stage_s``, ``hw.socket.pmu.bandwidth``); ``link`` the
+socket-to-socket links (collectives): each kernel's busiest link direction's time with a
+transfer under way, from its first byte leaving to its arrival, so serialisation and the
+latency the engine simulated for every hop and step (``P2PLink.flight_time``), summed over
+the step's kernels (``RunStats.link_flight_s``), named by the link class whose own time (each
+kernel's busiest direction of that class, summed) is largest (``StepBound.link``: the
+hardware's ``system.intra_node_link``, ``inter_node_link`` or ``inter_rack_link``;
+:func:`resource_words` and :func:`remedy_words` name it), and by the part of that class's
+time that is larger, its latency or its serialisation (``StepBound.link_term``). Kernels
+whose busiest direction is of different classes (an all-reduce within a node, an all-to-all
+across nodes) make ``link_s`` more than the named class's time: the class named is the
+largest part of the links' time, not always all of it;
 ``blocks`` the time a GPU's decode attention streamed its KV cache through its thread blocks
 (few blocks over long contexts stream slower than the HBM);
 ``boundaries`` the device time at the kernels' boundaries, launching and synchronising them
@@ -54,6 +60,7 @@ from rdu_sim.engine.timing import StepTiming
 
 RESOURCES: dict[str, str] = {
     "compute": "compute (PCUs or SMs)",
+    "pmu": "PMU SRAM bandwidth",
     "hbm": "HBM bandwidth",
     "ddr": "DDR bandwidth",
     "link": "the socket-to-socket links",
@@ -68,6 +75,7 @@ RESOURCES: dict[str, str] = {
 
 LABELS: dict[str, str] = {
     "compute": "compute",
+    "pmu": "PMU",
     "hbm": "HBM",
     "ddr": "DDR",
     "link": "link",
@@ -83,6 +91,7 @@ LABELS: dict[str, str] = {
 
 REMEDIES: dict[str, str] = {
     "compute": "more compute (PCUs or SMs)",
+    "pmu": "more PMU SRAM bandwidth (hw.socket.pmu.bandwidth)",
     "hbm": "more HBM bandwidth",
     "ddr": "more DDR bandwidth",
     "link": "faster socket-to-socket links",
@@ -106,29 +115,44 @@ LINK_WORDS: dict[str, str] = {
 step the links bind: which link it is and the field that sets it."""
 
 
-def resource_words(resource: str, link: str = "") -> str:
+def resource_words(resource: str, link: str = "", term: str = "") -> str:
     """``resource`` in words (:data:`RESOURCES`); the links by the class ``link`` names
-    (:data:`LINK_WORDS`) when it is one."""
+    (:data:`LINK_WORDS`) when it is one, and by its latency when ``term`` says the latency is
+    the larger part of its time (``StepBound.link_term``)."""
     if resource == "link" and link in LINK_WORDS:
-        return LINK_WORDS[link]
+        return f"the latency of {LINK_WORDS[link]}" if term == "latency" else LINK_WORDS[link]
     return RESOURCES[resource]
 
 
-def remedy_words(resource: str, link: str = "") -> str:
+def remedy_words(resource: str, link: str = "", term: str = "") -> str:
     """What would speed a step ``resource`` binds (:data:`REMEDIES`); for the links, a faster
     link of the class ``link`` names, by its field (the largest part of the links' time, not
-    always all of it: module docstring)."""
+    always all of it: module docstring), or a lower latency of it, by its latency field, when
+    ``term`` says the latency is the larger part of its time."""
     if resource == "link" and link in LINK_WORDS:
+        if term == "latency":
+            return f"a lower hw.system.{link}.latency"
         return f"a faster hw.system.{link}"
     return REMEDIES.get(resource, "a faster step")
 
 
-def busiest_link(link_busy_s: Mapping[str, float]) -> str:
-    """The link class (``system.*`` field) whose busiest direction took longest, ties to the
-    first in :data:`LINK_WORDS`' order; "" when no link was busy."""
-    busy = {name: link_busy_s.get(name, 0.0) for name in LINK_WORDS}
+def busiest_link(link_s: Mapping[str, float]) -> str:
+    """The link class (``system.*`` field) whose time (``link_s``, by field) is longest, ties
+    to the first in :data:`LINK_WORDS`' order; "" when no link was busy."""
+    busy = {name: link_s.get(name, 0.0) for name in LINK_WORDS}
     name = max(busy, key=lambda k: busy[k])
     return name if busy[name] > 0 else ""
+
+
+def link_term(link: str, flight_s: Mapping[str, float], busy_s: Mapping[str, float]) -> str:
+    """Which part of link class ``link``'s time is larger: ``latency`` when its time under
+    way less its serialisation (``flight_s`` less ``busy_s``, by field: what its transfers
+    spent on the wire after their last byte left) exceeds its serialisation, else
+    ``bandwidth``; "" without a link."""
+    if not link:
+        return ""
+    serial = busy_s.get(link, 0.0)
+    return "latency" if flight_s.get(link, 0.0) - serial > serial else "bandwidth"
 
 
 BINDS_SHARE = 0.5
@@ -161,17 +185,16 @@ def others_alone(
 
 
 def compute_note(pcu_busy_s: float, hardware: Hardware) -> str | None:
-    """How an SN40L step's ``compute`` time comes from its PCUs' busy time (``busy_s.pcu``,
-    PCU-seconds over all the socket's PCUs, which the step's busy table shows): spread over
-    the PCUs a kernel may use instead (``socket.usable_fraction``; :func:`step_bound`), so
-    it reads longer: ``PCU busy 658 us over the 936 of 1,040 PCUs a kernel may use
-    (socket.usable_fraction)``. None on a GPU, whose compute time is its SMs' busy time."""
+    """How an SN40L step's ``compute`` time differs from its PCUs' busy time (``busy_s.pcu``,
+    PCU-seconds over all the socket's PCUs, which the step's busy table shows): it is each
+    kernel's busiest stage's (:func:`step_bound`), so it reads longer: ``the busiest stage's
+    PCUs; all 1,040 PCUs busy 658 us on average``. None on a GPU, whose compute time is its
+    SMs' busy time."""
     if not isinstance(hardware, HardwareConfig):
         return None
-    socket = hardware.socket
     return (
-        f"PCU busy {human.duration(pcu_busy_s)} over the {socket.usable_pcus:,} of "
-        f"{socket.pcu.count:,} PCUs a kernel may use, socket.usable_fraction"
+        f"the busiest stage's PCUs; all {hardware.socket.pcu.count:,} PCUs busy "
+        f"{human.duration(pcu_busy_s)} on average"
     )
 
 
@@ -180,6 +203,8 @@ class ResourceTimes(Protocol):
 
     @property
     def compute_s(self) -> float: ...
+    @property
+    def pmu_s(self) -> float: ...
     @property
     def hbm_s(self) -> float: ...
     @property
@@ -204,6 +229,7 @@ def resource_times(step: ResourceTimes) -> dict[str, float]:
     """Each resource's time, by name, in the order of RESOURCES (the ties' order)."""
     return {
         "compute": step.compute_s,
+        "pmu": step.pmu_s,
         "hbm": step.hbm_s,
         "ddr": step.ddr_s,
         "link": step.link_s,
@@ -247,6 +273,11 @@ class StepBound:
     # link was busy): the largest part of ``link_s``, all of it when one class carried the
     # step's busiest direction in every kernel (module docstring)
     link: str = ""
+    # SN40L's PMU SRAM bandwidth time (module docstring)
+    pmu_s: float = 0.0
+    # which part of the named link class's time is larger: "latency" or "bandwidth"
+    # (:func:`link_term`; "" when no link was busy)
+    link_term: str = ""
 
     @property
     def limit_s(self) -> float:
@@ -260,7 +291,7 @@ class StepBound:
     @property
     def resource(self) -> str:
         """The binding resource in words (the links by their class)."""
-        return resource_words(self.bound, self.link)
+        return resource_words(self.bound, self.link, self.link_term)
 
 
 def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
@@ -269,20 +300,22 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
     hbm_bytes = timing.bytes_by_tier.get("hbm", 0.0)
     ddr_bytes = timing.bytes_by_tier.get("ddr", 0.0)
     busy = timing.busy_s
+    critical = timing.critical_s
     if socket is None:
         compute, ddr_s, loop = busy.get("sm", 0.0), 0.0, 0.0
     else:
         ddr = socket.ddr
-        compute = busy.get("pcu", 0.0) * socket.pcu.count / socket.usable_pcus
+        compute = critical.get("pcu", 0.0)
         ddr_s = ddr_bytes / (ddr.bandwidth * ddr.efficiency)
         loop = socket.kernel.layer_loop * sum(k.calls - 1 for k in timing.kernels if k.looped)
     overlapped = timing.host_overlapped_s
     hidden = overlapped if overlapped <= timing.device_s else 0.0
     times = {
         "compute": compute,
+        "pmu": critical.get("pmu", 0.0),
         "hbm": hbm_bytes / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
         "ddr": ddr_s,
-        "link": busy.get("link", 0.0),
+        "link": critical.get("link", 0.0),
         "blocks": busy.get("blocks", 0.0),
         "boundaries": busy.get("boundaries", 0.0),
         "launch": busy.get("launch", 0.0),
@@ -291,6 +324,7 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         "host": timing.host_serial_s - timing.host_transfer_s + (overlapped - hidden),
     }
     bubble = None if timing.pipeline is None else float(timing.pipeline["bubble"])
+    link = busiest_link(timing.link_flight_s)
     return StepBound(
         step_s=timing.step_s,
         compute_s=times["compute"],
@@ -311,7 +345,9 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         host_link_s=times["host_link"],
         host_hidden_s=hidden,
         unaccounted_s=0.0 if bubble is not None else unaccounted(timing.step_s, times),
-        link=busiest_link(timing.link_busy_s),
+        link=link,
+        pmu_s=times["pmu"],
+        link_term=link_term(link, timing.link_flight_s, timing.link_busy_s),
     )
 
 

@@ -487,7 +487,8 @@ def _bound(result: RunSummary) -> str:
     if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
         bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
-        f"{resource_words(step.bound, step.link or '')} ({human.duration(limit)} of "
+        f"{resource_words(step.bound, step.link or '', step.link_term or '')} "
+        f"({human.duration(limit)} of "
         f"{human.duration(step.step_s)}{bubble})"
     )
 

@@ -158,14 +158,19 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
         )
     label = metrics.get(f"{half}_step_label", "bound by")  # report.bound.bound_label
     link = str(metrics.get(f"{half}_step_link", ""))
-    by = f", {label} {resource_words(bound, link)}" if bound in RESOURCES else ""
+    term = str(metrics.get(f"{half}_step_link_term", ""))
+    by = f", {label} {resource_words(bound, link, term)}" if bound in RESOURCES else ""
     return f" ({what} {human.duration(float(seconds))}{by})"
 
 
 def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]:
     """What would move a binding half (module docstring), most direct first."""
     bound = str(metrics.get(f"{half}_step_bound"))
-    faster = remedy_words(bound, str(metrics.get(f"{half}_step_link", "")))
+    faster = remedy_words(
+        bound,
+        str(metrics.get(f"{half}_step_link", "")),
+        str(metrics.get(f"{half}_step_link_term", "")),
+    )
     step = _step(metrics, half)
     # A step the links bind sends about as many bytes a socket at any tp (an all-reduce's
     # 2 (p - 1) / p of its message): more tp does not shorten it.

@@ -86,6 +86,7 @@ class StepReport:
                 "host_hidden_s": bound.host_hidden_s,
                 "unaccounted_s": bound.unaccounted_s,
                 "link": bound.link or None,
+                "link_term": bound.link_term or None,
             },
             layout=layout,
             batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",

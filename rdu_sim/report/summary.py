@@ -413,6 +413,9 @@ class DecodeStepBound:
     # the link class whose busiest direction took longest (``report.bound.StepBound.link``);
     # None when no link was busy
     link: str | None = None
+    pmu_s: float = 0.0
+    # which part of that class's time is larger (``report.bound.StepBound.link_term``)
+    link_term: str | None = None
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -452,6 +455,8 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         host_hidden_s=bound.host_hidden_s,
         unaccounted_s=bound.unaccounted_s,
         link=bound.link or None,
+        pmu_s=bound.pmu_s,
+        link_term=bound.link_term or None,
     )
 
 

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from rdu_sim.compiler import CapacityError, Compiler
-from rdu_sim.compiler.placement import slot_words
+from rdu_sim.compiler.placement import slot_words, tier_capacities
 from rdu_sim.compiler.program import Placement, Program
 from rdu_sim.engine.for_hardware import StepEngine, engine_for
 from rdu_sim.scenario import Scenario
@@ -112,7 +112,17 @@ def _step_s(engine: StepEngine, program: Program) -> float:
 
 def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:
     """(batch capacity, batch slots to run): ``serving.batch_slots``, or the capacity for
-    ``auto``; CapacityError when not one sequence fits."""
+    ``auto``; CapacityError when not one sequence fits. An explicit ``serving.batch_slots``
+    runs whatever the capacity beside all the weights (0 when not one slot fits there): its
+    memory plan pushes the least-read weights to DDR, and refuses only what does not fit even
+    so (``compiler.placement.plan_memory``, docs/memory.md); on hardware with DDR to spill to
+    (not a GPU)."""
+    if scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0:
+        try:
+            capacity = backend.batch_capacity(scenario)
+        except CapacityError:  # not one slot beside all the weights: the plan spills them
+            capacity = 0
+        return capacity, scenario.workload.serving.slots_for(lambda: capacity)
     capacity = backend.batch_capacity(scenario)
     if capacity < 1:
         raise CapacityError(

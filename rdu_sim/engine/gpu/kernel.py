@@ -327,7 +327,7 @@ class GpuKernelSim:
 
     def _stats(self) -> RunStats:
         """GPU 0's totals now (at a layer boundary, or at the end of the run)."""
-        sent, busiest = link_totals(self.topology)
+        sent, busiest, flight = link_totals(self.topology)
         return RunStats(
             time_s=float(self.env.now),
             overhead_s=self.overhead_s,
@@ -337,6 +337,6 @@ class GpuKernelSim:
             vector_flops=self.sms.vector_flops,
             pcu_s=self.sms.busy.busy_time,
             hbm_busy_s=self.hbm.busy.busy_time,
-            **link_busy_fields(busiest),
+            **link_busy_fields(busiest, flight),
             blocks_busy_s=sum(channel.busy.busy_time for channel in self.kv_blocks.values()),
         )
