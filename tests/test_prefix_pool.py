@@ -317,3 +317,16 @@ def test_a_cap_that_caps_nothing_warns_and_blocks_not_whole_pages_are_refused(
     assert code == 2, out
     assert "prefix_cache.block_tokens: 96 tokens are not whole pages of pool 'serve'" in out
     assert "(64-token pages, its stack's kv_page_tokens)" in out
+
+
+def test_a_chunked_gpu_prefill_skips_every_cached_block(tmp_path: Path) -> None:
+    """TensorRT-LLM starts a chunked prefill at the reused length: it skips every cached
+    block's tokens (blocks of 512 tokens, chunks of 2,048), as unchunked; before, the skip
+    was rounded down to whole chunks (fewer tokens skipped than the blocks hit)."""
+    path = _gpu_cluster(tmp_path, TRACE, "prefix_cache: {block_tokens: 512}\n")
+    for chunk in (None, 2048):
+        result = run_cluster(path, {"pools.serve.set.serving.prefill_chunk_tokens": chunk})
+        assert result.pools[0].runtime.config.prefill_chunk_tokens == chunk
+        prefix = result.to_dict()["prefix_cache"]
+        assert prefix["hit_blocks"] > 100
+        assert prefix["prefill_tokens_skipped"] == 512 * prefix["hit_blocks"]

@@ -44,6 +44,22 @@ def test_reusable_prefix_rounds_down_to_a_compiled_cache_length() -> None:
     assert reusable_prefix(600, 900, 8192, 1024) == 512
 
 
+def test_a_ragged_runtime_skips_the_cached_prefix_chunked_or_not() -> None:
+    """TensorRT-LLM and vLLM start the prefill at the reused length and chunk from there:
+    the skip is the cached tokens (at the ragged buckets' granularity), not whole chunks."""
+    for chunk in (None, 1024, 2048):
+        assert reusable_prefix(3584, 5000, 8192, chunk, ragged=True) == 3584
+        assert reusable_prefix(1000, 5000, 8192, chunk, ragged=True) == 992  # 32-token steps
+        assert reusable_prefix(5000, 5000, 8192, chunk, ragged=True) == 4992  # one computed
+    # a static-graph server's chunked skip stays whole chunks
+    assert reusable_prefix(3584, 5000, 8192, 1024) == 3072
+    # the chunks after a ragged skip start at it; the last is unpadded
+    first, done = prefill_step(5000, 3584, 8192, 1024, ragged=True)
+    assert (first, done) == (StepShape("prefill", 1, 1024, 3584, select=False), 4608)
+    last, done = prefill_step(5000, done, 8192, 1024, ragged=True)
+    assert (last, done) == (StepShape("prefill", 1, 416, 4608, select=False), 5000)
+
+
 def test_prefill_step_after_a_cached_prefix() -> None:
     shape, done = prefill_step(4000, 1024, 8192, None)
     assert shape == StepShape("prefill", 1, prompt_bucket(2976, 7168), 1024, select=False)

@@ -179,16 +179,19 @@ def reusable_prefix(
 ) -> int:
     """Prompt tokens a prefill can skip when its first ``cached`` tokens are in a prefix cache.
 
-    The skipped prefix becomes the step's ``cache_len``, a dimension of the static shape, so
-    it is rounded down to a value the server compiles: a multiple of the chunk when the
-    prompt is chunked (the chunks that follow are the ordinary ones), else a prompt bucket
-    (:func:`prompt_buckets`, so cached prefixes add at most as many shapes as prompts do).
-    At least one prompt token is always computed: its logits give the first output token.
+    On a static-graph server the skipped prefix becomes the step's ``cache_len``, a dimension
+    of the compiled shape, so it is rounded down to a value the server compiles: a multiple
+    of the chunk when the prompt is chunked (the chunks that follow are the ordinary ones),
+    else a prompt bucket (:func:`prompt_buckets`, so cached prefixes add at most as many
+    shapes as prompts do). A ``ragged`` runtime (TensorRT-LLM, vLLM) starts the prefill at
+    the reused length and chunks from there, chunked or not: its skip is only rounded down
+    to the simulation's fine ragged buckets (exact for whole blocks of up to 512 tokens below
+    16k). At least one prompt token is always computed: its logits give the first output token.
     """
     usable = min(cached, prompt - 1)
     if usable <= 0:
         return 0
-    if chunk is not None and prompt > chunk:
+    if chunk is not None and prompt > chunk and not ragged:
         return usable // chunk * chunk
     buckets = _buckets(max_context, ragged)
     below = bisect.bisect_right(buckets, usable)  # buckets[:below] are <= usable

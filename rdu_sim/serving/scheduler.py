@@ -70,6 +70,7 @@ from rdu_sim.serving.batching.base import (
     chooses_admission,
 )
 from rdu_sim.serving.batching.checked import checked
+from rdu_sim.serving.buckets import reusable_prefix
 from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
@@ -570,9 +571,13 @@ class Scheduler(Driven):
         skipped = self.handoff.admitted(request, prompt)
         self.kv.take(request, prompt, self._outputs[request], now)
         if skipped:  # a prefix cache holds them: the prefill starts past them
-            chunk = self.config.prefill_chunk_tokens
-            if not 0 < skipped < prompt or (
-                chunk is not None and prompt > chunk and skipped % chunk
+            config = self.config
+            if not 0 < skipped < prompt or skipped != reusable_prefix(
+                skipped,
+                prompt,
+                config.max_context,
+                config.prefill_chunk_tokens,
+                config.dynamic_batch,
             ):
                 raise ValueError(f"hooks skipped {skipped} of {prompt} prompt tokens: not reusable")
             slots.prefilled[slot] = skipped
