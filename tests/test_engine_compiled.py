@@ -1,5 +1,6 @@
-"""Engine fidelity on compiled programs: the symmetric TP shortcut on a ring over two nodes,
-tile refinement, and monotonicity in the HBM efficiency (DeepSeek-R1 and Llama-3.1-8B)."""
+"""Engine fidelity on compiled programs: the symmetric TP shortcut against every socket
+simulated, tile refinement, and fast-forwarding a repeating layer cycle exactly (DeepSeek-R1
+and Llama-3.1-8B). Monotonicity in a bandwidth is tests/test_bandwidth_anomaly.py's."""
 
 from __future__ import annotations
 
