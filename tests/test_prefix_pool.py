@@ -315,8 +315,11 @@ def test_a_cap_that_caps_nothing_warns_and_blocks_not_whole_pages_are_refused(
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     code, out = _run(str(_gpu_cluster(tmp_path, trace, "prefix_cache: {block_tokens: 96}\n")))
     assert code == 2, out
-    assert "prefix_cache.block_tokens: 96 tokens are not whole pages of pool 'serve'" in out
-    assert "(64-token pages, its stack's kv_page_tokens)" in out
+    assert (
+        "prefix_cache.block_tokens: 96 tokens are not whole pages of the paged KV pool of "
+        "pool 'serve' (64-token pages, its stack's kv_page_tokens)"
+    ) in out
+    assert "''s" not in out  # not "pool 'serve''s paged KV pool"
 
 
 def test_a_chunked_gpu_prefill_skips_every_cached_block(tmp_path: Path) -> None:
