@@ -1028,3 +1028,20 @@ def test_one_cap_over_static_pools_of_different_free_hbm_caps_the_larger_and_war
     free = sizes[None]
     assert 0 < free["many"] < 400 < free["few"]
     assert sizes[400 * block] == {"few": 400, "many": free["many"]}
+
+
+def test_pools_of_two_contexts_are_refused_naming_both(tmp_path: Path) -> None:
+    """One context limit a cluster: the error names each pool's, the first pool's quoted
+    once (not "pool 'a''s 8192")."""
+    pools = {
+        name: {"workload": str(LLAMA), "replicas": 1, "set": {"serving.max_context": context}}
+        for name, context in (("a", 8192), ("b", 4096))
+    }
+    with pytest.raises(ConfigError) as caught:
+        fake(write_cluster(tmp_path, pools=pools))
+    (issue,) = caught.value.issues
+    assert issue.field == "pools.b"
+    assert issue.message.startswith(
+        "serving.max_context 4096 differs from the 8192 of pool 'a': a cluster has one "
+        "context limit"
+    )
