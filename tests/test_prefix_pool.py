@@ -43,6 +43,7 @@ class Pool:
         )
         self.lengths: dict[int, tuple[int, int]] = {}
         self.now = 0
+        self.most_used = self.most_cached = 0  # seen at the events, for ``check``
 
     def fits(self, request: int, hashes: list[int], prompt: int, output: int) -> bool:
         self.hashes[request] = hashes
@@ -68,8 +69,13 @@ class Pool:
         self.check()
 
     def check(self) -> None:
-        """Pages in use never exceed the pool; the cached pages are the cache's blocks'."""
+        """Pages in use never exceed the pool; the cached pages are the cache's blocks'; the
+        pool's peaks are the most seen at any event so far (what the report says they are)."""
         assert self.pool.in_use == self.pool.reserved + 2 * len(self.cache) <= self.kv.pages
+        self.most_used = max(self.most_used, self.pool.in_use)
+        self.most_cached = max(self.most_cached, 2 * len(self.cache))
+        assert self.counts.kv_pages_peak == self.most_used
+        assert self.counts.kv_cached_pages_peak == self.most_cached
 
     def state(self) -> tuple[int, int, int, int]:
         """Own pages, cached pages, idle cached pages, free pages."""
