@@ -573,6 +573,15 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
     assert roles == ["prefill", "decode", "decode"]
     assert data["per_replica"][0]["steps"]["decode"] == 0
     assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
+    # requests.csv: a request sent no KV cache (one token, done at prefill) has empty KV
+    # bytes, as its transfer time (before: 0 bytes beside an empty time)
+    write_columns(tmp_path / "requests.csv", result.requests())
+    with (tmp_path / "requests.csv").open() as stream:
+        rows = list(csv.DictReader(stream))
+    cells = {(row["kv_bytes"] == "", row["kv_transfer_s"] == "") for row in rows}
+    assert cells == {(False, False), (True, True)}
+    sent = [int(row["kv_bytes"]) for row in rows if row["kv_bytes"]]
+    assert sent == nbytes.tolist()
 
 
 def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
