@@ -481,11 +481,12 @@ def shrink_hints(
     hints: list[str] = []
     if kv:
         budget = _budget_hint(scenario)
-        if budget is not None:
+        if budget is not None:  # a fixed slot below the context: only its budget shrinks it
             hints.append(budget)
-        hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
-        if w.kv.policy != "snapstream":
-            hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
+        else:  # a slot of the whole context (or growing to it)
+            hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
+            if w.kv.policy != "snapstream":
+                hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
         if _layout_hint(scenario):
             hints.append(_layout_hint(scenario).removesuffix(", "))
         if scenario.kv_dtype_bytes > 1:  # wider than 8 bits: fp8 halves the cache at least
