@@ -119,8 +119,9 @@ class EmptyPrefixCacheWarning(RduSimWarning):
 
 
 class UncappedPrefixCacheWarning(RduSimWarning):
-    """``prefix_cache.capacity`` is at least a paged pool's whole KV pool: it caps nothing
-    there (its cache may take the whole pool, as without a cap)."""
+    """``prefix_cache.capacity`` holds at least every block a pool's memory leaves its cache
+    (a paged pool's whole KV pool, static slots' free HBM): it caps nothing there (its cache
+    takes that room, as without a cap)."""
 
 
 def _prefix_blocks(
@@ -139,9 +140,9 @@ def _prefix_blocks(
     if not blocks:
         warn(
             EmptyPrefixCacheWarning(
-                f"{cluster.file}: prefix_cache: pool {pool.name!r}'s memory plan leaves its "
-                "prefix cache no block, so it caches nothing; give prefix_cache.capacity, or "
-                "the KV cache more memory"
+                f"{cluster.file}: prefix_cache: the memory plan of pool {pool.name!r} leaves "
+                "its prefix cache no block, so it caches nothing; give the KV cache more "
+                "memory"
             )
         )
     return blocks, pages
@@ -154,7 +155,8 @@ def _paged_prefix_blocks(
     blocks do: its blocks (each of whole pages: ``kv.paged.block_pages``) share the pool's
     pages with the running requests, idle ones evicted as admissions need their pages
     (``serving.kv_pool``); at most the whole pool, or ``prefix_cache.capacity`` bytes per
-    socket of it when given (a cap). The blocks it holds at most, and one block's pages."""
+    socket of it when given (a cap: :func:`_capped_blocks`). The blocks it holds at most,
+    and one block's pages."""
     prefix = cluster.config.prefix_cache
     assert prefix is not None
     try:
@@ -163,51 +165,38 @@ def _paged_prefix_blocks(
         raise overridden(
             cluster.issue(
                 "prefix_cache.block_tokens",
-                f"{prefix.block_tokens} tokens are not whole pages of pool {pool.name!r}'s "
-                f"paged KV pool ({kv.page_tokens}-token pages, its stack's kv_page_tokens): "
-                "the runtime caches whole pages, so a cached block must be a multiple of the "
-                "page; use a trace whose blocks are, or a stack whose pages divide them",
+                f"{prefix.block_tokens} tokens are not whole pages of the paged KV pool of "
+                f"pool {pool.name!r} ({kv.page_tokens}-token pages, its stack's "
+                "kv_page_tokens): the runtime caches whole pages, so a cached block must be a "
+                "multiple of the page; use a trace whose blocks are, or a stack whose pages "
+                "divide them",
             ),
             cluster.file,
             cluster.overrides,
         ) from None
-    whole = kv.pages // per_block  # blocks the whole pool holds
-    capacity = prefix.capacity
-    if capacity is None:
-        return whole, per_block
-    block_bytes = per_block * kv.page_bytes
-    blocks = capacity // block_bytes
-    if blocks >= whole:  # (one cluster-wide cap may limit a larger pool beside this one)
-        warn(
-            UncappedPrefixCacheWarning(
-                f"{cluster.file}: prefix_cache.capacity: {capacity} bytes per socket cap "
-                f"nothing in pool {pool.name!r}: its paged KV pool ({kv.pages} pages of "
-                f"{kv.page_tokens} tokens, {kv.pages * kv.page_bytes} bytes per socket) holds "
-                f"{whole} blocks in all, and its cached blocks may take any pages no running "
-                "request holds (evicted as admissions need them)"
-            )
-        )
-        return whole, per_block
-    if not blocks:  # a cache of no block caches nothing
-        raise overridden(
-            cluster.issue(
-                "prefix_cache.capacity",
-                f"{capacity} bytes per socket hold no block: one block of "
-                f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
-                f"{block_bytes} bytes per socket ({per_block} pages) in pool "
-                f"{pool.name!r}'s paged KV pool; give at least that, or omit capacity for "
-                "a cache sharing the whole pool",
-            ),
-            cluster.file,
-            cluster.overrides,
-        )
+    room = (
+        f"its paged KV pool ({kv.pages} pages of {kv.page_tokens} tokens, "
+        f"{kv.pages * kv.page_bytes} bytes per socket), and its cached blocks may take any "
+        "pages no running request holds (evicted as admissions need them)"
+    )
+    blocks = _capped_blocks(
+        cluster,
+        pool,
+        kv.pages // per_block,
+        per_block * kv.page_bytes,
+        room,
+        f" ({per_block} pages of its paged KV pool)",
+        "a cache sharing the whole pool",
+    )
     return blocks, per_block
 
 
 def _static_prefix_blocks(
     cluster: ClusterScenario, pool: PoolScenario, placement: Placement
 ) -> int:
-    """Static slots: the prefix cache takes the HBM the slots leave of the KV room."""
+    """Static slots: the prefix cache takes the HBM the slots leave of the KV room, or
+    ``prefix_cache.capacity`` bytes per socket of it when given (a cap:
+    :func:`_capped_blocks`)."""
     prefix = cluster.config.prefix_cache
     assert prefix is not None
     scenario = pool.scenario
@@ -217,32 +206,57 @@ def _static_prefix_blocks(
     # the KV cache's room beside the slots' (the stack's share of HBM, ``StackConfig.kv_room``)
     room = scenario.stack.kv_room(hbm.capacity_bytes, hbm.weights_bytes, hbm.activations_bytes)
     free = max(0, min(hbm.free_bytes, int(room) - hbm.kv_bytes))
-    capacity = prefix.capacity if prefix.capacity is not None else free
-    if capacity > free:
-        raise overridden(
-            cluster.issue(
-                "prefix_cache.capacity",
-                f"{capacity} bytes per socket exceed the {free} bytes of HBM that pool "
-                f"{pool.name!r}'s memory plan leaves its KV cache (at {placement.batch_slots} "
-                "slots)",
-            ),
-            cluster.file,
-            cluster.overrides,
-        )
     block = prefix.block_tokens * per_token
-    if prefix.capacity is not None and capacity < block:  # a cache of no block caches nothing
+    words = (
+        f"the {free} bytes of HBM per socket that its memory plan leaves its KV cache beside "
+        f"its {placement.batch_slots} slots, and the cache takes them all, as without a cap"
+    )
+    return _capped_blocks(cluster, pool, int(free // block), block, words, "", "the free HBM")
+
+
+def _capped_blocks(
+    cluster: ClusterScenario,
+    pool: PoolScenario,
+    room: int,
+    block_bytes: float,
+    room_words: str,
+    block_words: str,
+    omitted: str,
+) -> int:
+    """The one rule of ``prefix_cache.capacity`` (bytes per socket), for static slots and a
+    paged pool alike: without it, a replica's cache holds the ``room`` blocks its memory
+    leaves it (``room_words`` says what that is); a cap that holds at least those caps
+    nothing there and warns so (:class:`UncappedPrefixCacheWarning`: one cluster-wide cap
+    may still limit a larger pool beside this one), the cache keeping its room; a cap that
+    holds no block (one takes ``block_bytes``, ``block_words`` says where) is refused, as
+    it would cache nothing (``omitted``: what leaving it out gives)."""
+    prefix = cluster.config.prefix_cache
+    assert prefix is not None
+    capacity = prefix.capacity
+    if capacity is None:
+        return room
+    blocks = int(capacity // block_bytes)
+    if blocks >= room:
+        warn(
+            UncappedPrefixCacheWarning(
+                f"{cluster.file}: prefix_cache.capacity: {capacity} bytes per socket cap "
+                f"nothing in pool {pool.name!r}: {room} blocks in all fit {room_words}"
+            )
+        )
+        return room
+    if not blocks:  # a cache of no block caches nothing
         raise overridden(
             cluster.issue(
                 "prefix_cache.capacity",
                 f"{capacity} bytes per socket hold no block: one block of "
                 f"{prefix.block_tokens} tokens (prefix_cache.block_tokens) takes "
-                f"{math.ceil(block)} bytes per socket in pool {pool.name!r}; give at least "
-                "that, or omit capacity for the free HBM",
+                f"{math.ceil(block_bytes)} bytes per socket{block_words} in pool "
+                f"{pool.name!r}; give at least that, or omit capacity for {omitted}",
             ),
             cluster.file,
             cluster.overrides,
         )
-    return int(capacity // block)
+    return blocks
 
 
 def _in_pool(exc: E, cluster: ClusterScenario, pool: PoolScenario) -> E:

@@ -28,3 +28,21 @@ def test_no_more_tp_when_the_kv_heads_are_split_as_far_as_they_go() -> None:
 def test_more_tp_while_the_kv_heads_are_not_yet_split() -> None:
     said = _error("llama3.1-8b-1socket", "--set", "serving.batch_slots=4096")
     assert "or raise parallelism.tp on more sockets (hw.system.sockets, now 1," in said
+
+
+def test_a_fixed_slot_below_the_context_is_shrunk_by_its_budget_alone() -> None:
+    """SnapStream's and StreamingLLM's slot is their budget, below the context: a shorter
+    context (until below the budget) or a switch to SnapStream at that budget keeps the slot
+    as it is, so only the budget is offered; before, "reduce serving.max_context (now
+    131072)" stood beside "lower kv.budget (now 32768)"."""
+    said = _error("deepseek-r1-128k-snapstream", "--set", "serving.batch_slots=4096")
+    assert "a slot of 32768 tokens, kv.budget 32768 of kv.policy snapstream" in said
+    assert "lower kv.budget (now 32768), store the KV cache in fp8" in said
+    assert "max_context" not in said.split("lower serving.batch_slots")[1]
+    said = _error(
+        "llama3.1-8b-1socket",
+        *("--set", "kv.policy=streamingllm", "--set", "serving.max_context=32768"),
+        *("--set", "serving.batch_slots=1024"),
+    )
+    assert "lower kv.budget (now 2052), store the KV cache in fp8" in said
+    assert "kv.policy snapstream" not in said and "reduce serving.max_context" not in said

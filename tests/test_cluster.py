@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from test_api_run import FakeBackend
 
 from rdu_sim import api
-from rdu_sim.api_cluster import ClusterResult, run_cluster
+from rdu_sim.api_cluster import ClusterResult, UncappedPrefixCacheWarning, run_cluster
 from rdu_sim.cli.main import cli
 from rdu_sim.cluster import load_cluster
 from rdu_sim.cluster.kv_link import KVLink
@@ -573,6 +573,15 @@ def test_disaggregated_serving(tmp_path: Path) -> None:
     assert roles == ["prefill", "decode", "decode"]
     assert data["per_replica"][0]["steps"]["decode"] == 0
     assert sum(row["decoded"] for row in data["per_replica"]) == int(multi.sum())
+    # requests.csv: a request sent no KV cache (one token, done at prefill) has empty KV
+    # bytes, as its transfer time (before: 0 bytes beside an empty time)
+    write_columns(tmp_path / "requests.csv", result.requests())
+    with (tmp_path / "requests.csv").open() as stream:
+        rows = list(csv.DictReader(stream))
+    cells = {(row["kv_bytes"] == "", row["kv_transfer_s"] == "") for row in rows}
+    assert cells == {(False, False), (True, True)}
+    sent = [int(row["kv_bytes"]) for row in rows if row["kv_bytes"]]
+    assert sent == nbytes.tolist()
 
 
 def test_a_prefill_pool_balances_on_prefill_work_only(tmp_path: Path) -> None:
@@ -988,3 +997,60 @@ def test_a_prefix_cache_smaller_than_one_block_is_refused_naming_the_block(
             issue.message
         )
         assert issue.message.endswith("or omit capacity for the free HBM" + note)
+
+
+def test_one_cap_over_static_pools_of_different_free_hbm_caps_the_larger_and_warns(
+    tmp_path: Path,
+) -> None:
+    """``prefix_cache.capacity`` is one cap for every pool: static slots take it as a paged
+    pool does. A pool whose free HBM holds fewer blocks than the cap keeps its room and
+    warns that the cap caps nothing there (before: refused, so one cap could not serve two
+    pools of different sizes); a pool with more free HBM is capped."""
+    trace = _mooncake(tmp_path, requests=20, rate=4.0)
+    block = 512 * 131072  # Llama 3.1 8B, bf16: 128 KiB a token on one socket
+    pools = {
+        name: {"workload": str(LLAMA), "replicas": 1, "set": {"serving.batch_slots": slots}}
+        for name, slots in (("few", 8), ("many", 32))
+    }
+    sizes = {}
+    for cap in (None, 400 * block):
+        path = write_cluster(
+            tmp_path,
+            pools=pools,
+            traffic={"trace": trace},
+            prefix_cache={"block_tokens": 512, "capacity": None if cap is None else f"{cap} B"},
+        )
+        if cap is None:
+            result = fake(path)
+        else:
+            with pytest.warns(UncappedPrefixCacheWarning) as caught:
+                result = fake(path)
+            (warned,) = [str(w.message) for w in caught]
+            assert f"prefix_cache.capacity: {cap} bytes per socket cap nothing in pool 'many':" in (
+                warned
+            )
+            assert (
+                "HBM per socket that its memory plan leaves its KV cache beside its 32 slots"
+                in (warned)
+            )
+        sizes[cap] = {p.pool.name: p.runtime.prefix_blocks for p in result.pools}
+    free = sizes[None]
+    assert 0 < free["many"] < 400 < free["few"]
+    assert sizes[400 * block] == {"few": 400, "many": free["many"]}
+
+
+def test_pools_of_two_contexts_are_refused_naming_both(tmp_path: Path) -> None:
+    """One context limit a cluster: the error names each pool's, the first pool's quoted
+    once (not "pool 'a''s 8192")."""
+    pools = {
+        name: {"workload": str(LLAMA), "replicas": 1, "set": {"serving.max_context": context}}
+        for name, context in (("a", 8192), ("b", 4096))
+    }
+    with pytest.raises(ConfigError) as caught:
+        fake(write_cluster(tmp_path, pools=pools))
+    (issue,) = caught.value.issues
+    assert issue.field == "pools.b"
+    assert issue.message.startswith(
+        "serving.max_context 4096 differs from the 8192 of pool 'a': a cluster has one "
+        "context limit"
+    )

@@ -170,3 +170,24 @@ def test_a_gpu_section_in_an_sn40l_file_is_named(tmp_path: Path) -> None:
     # elsewhere a close name is still the hint
     said = _error("run", "llama3.1-8b-1socket", "--set", "hw.sockt.hbm.capacity=1GiB")
     assert "unknown field 'sockt'; did you mean 'socket'?" in said
+
+
+def test_a_page_longer_than_a_sequence_is_blamed_not_the_hardware(l8: Path) -> None:
+    """A paged stack whose page (2^20 tokens, 128 GiB of bf16 KV) is longer than any sequence:
+    every request reserves that page whole, so the refusal names stack.kv_page_tokens (the
+    first override among the fields it blames, before the hardware; before, the hardware)
+    and the smallest request's reservation (before: "one slot's KV cache is 512 MiB", a
+    static slot it does not have), and offers a smaller page instead of a shorter context."""
+    page = ("--set", "dtypes.kv=bf16", "--set", "stack.kv_page_tokens=1048576")
+    said = _error("run", l8, "--set", "hardware=dgx-h100", *page)
+    assert said.startswith(f"error: {l8}: stack.kv_page_tokens: cannot fit even one sequence")
+    assert "the smallest request reserves 1 page of 1048576 tokens (128 GiB)" in said
+    assert "lower stack.kv_page_tokens (now 1048576: a page longer than a sequence)" in said
+    assert "max_context (now" not in said and "one slot's" not in said
+    assert "store the KV cache in fp8 (dtypes.kv, now bf16)" in said  # a smaller page
+    assert said.endswith("(from --set stack.kv_page_tokens)")
+    # a page within a sequence, the smallest request's own 256 tokens (4 pages) below the
+    # slot: a shorter context would not shrink them, so it is not offered
+    said = _error("run", l8, "--set", "hw.gpu.hbm.capacity=7.49GiB")
+    assert "the smallest request reserves 4 pages of 64 tokens (16 MiB)" in said
+    assert "max_context (now" not in said and "kv.policy snapstream" not in said

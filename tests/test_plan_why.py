@@ -289,3 +289,35 @@ def test_the_floor_steps_words_say_bound_by_only_at_the_share_that_binds(tmp_pat
     part = {"tpot_step_s": 0.1, "tpot_step_bound": "hbm", "tpot_step_label": "largest part"}
     said = moves(part, "tpot", alone=True)[0]
     assert f"largest part {RESOURCES['hbm']})" in said and "bound by" not in said
+
+
+@pytest.mark.parametrize("attainment", [0.5, 0.9, 0.99])
+def test_the_plans_constraint_and_the_runs_report_are_one_rule(
+    tmp_path: Path, attainment: float
+) -> None:
+    """What a plan point passes on is the run's own verdict: the share meeting both halves
+    (``half_metrics``, rejected requests missing both) is the run's goodput fraction, its
+    pass is the run's ``slo_met``, the value at the attainment quantile is the run's
+    ``slo_binding`` value (``value_at``, for both), and the TTFT p99 the plan shows is the
+    run's (its served requests' percentile: a report, not the constraint)."""
+    from test_cluster import fake, write_cluster
+
+    traffic = {
+        "rate": 20.0,
+        "requests": 200,
+        "prompt_tokens": {"dist": "uniform", "low": 200, "high": 8150},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 300},
+        "seed": 5,
+    }
+    slo = {"ttft": "2 s", "tpot": "50 ms", "attainment": attainment}
+    result = fake(write_cluster(tmp_path, slo=slo, traffic=traffic))
+    data, metrics = result.to_dict(), measure(result)
+    assert data["requests_rejected"] > 0
+    assert metrics["goodput_fraction"] == data["goodput"]["fraction"]
+    assert metrics["attainment"] == pytest.approx(data["goodput"]["fraction"], abs=1e-12)
+    assert metrics["slo_met"] is data["slo_met"] is (metrics["attainment"] >= attainment)
+    values = {v["half"]: v["value_s"] for v in data["slo_binding"]}
+    for half, value in values.items():  # None: the quantile's request was never served
+        plan = metrics[f"{half}_at_attainment_s"]
+        assert value == plan if value is None else value == pytest.approx(plan, rel=1e-11)
+    assert metrics["ttft_p99_s"] == data["ttft_s"]["p99"]

@@ -43,6 +43,7 @@ class Pool:
         )
         self.lengths: dict[int, tuple[int, int]] = {}
         self.now = 0
+        self.most_used = self.most_cached = 0  # seen at the events, for ``check``
 
     def fits(self, request: int, hashes: list[int], prompt: int, output: int) -> bool:
         self.hashes[request] = hashes
@@ -68,8 +69,13 @@ class Pool:
         self.check()
 
     def check(self) -> None:
-        """Pages in use never exceed the pool; the cached pages are the cache's blocks'."""
+        """Pages in use never exceed the pool; the cached pages are the cache's blocks'; the
+        pool's peaks are the most seen at any event so far (what the report says they are)."""
         assert self.pool.in_use == self.pool.reserved + 2 * len(self.cache) <= self.kv.pages
+        self.most_used = max(self.most_used, self.pool.in_use)
+        self.most_cached = max(self.most_cached, 2 * len(self.cache))
+        assert self.counts.kv_pages_peak == self.most_used
+        assert self.counts.kv_cached_pages_peak == self.most_cached
 
     def state(self) -> tuple[int, int, int, int]:
         """Own pages, cached pages, idle cached pages, free pages."""
@@ -315,8 +321,11 @@ def test_a_cap_that_caps_nothing_warns_and_blocks_not_whole_pages_are_refused(
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     code, out = _run(str(_gpu_cluster(tmp_path, trace, "prefix_cache: {block_tokens: 96}\n")))
     assert code == 2, out
-    assert "prefix_cache.block_tokens: 96 tokens are not whole pages of pool 'serve'" in out
-    assert "(64-token pages, its stack's kv_page_tokens)" in out
+    assert (
+        "prefix_cache.block_tokens: 96 tokens are not whole pages of the paged KV pool of "
+        "pool 'serve' (64-token pages, its stack's kv_page_tokens)"
+    ) in out
+    assert "''s" not in out  # not "pool 'serve''s paged KV pool"
 
 
 def test_a_chunked_gpu_prefill_skips_every_cached_block(tmp_path: Path) -> None:
@@ -330,3 +339,55 @@ def test_a_chunked_gpu_prefill_skips_every_cached_block(tmp_path: Path) -> None:
         prefix = result.to_dict()["prefix_cache"]
         assert prefix["hit_blocks"] > 100
         assert prefix["prefill_tokens_skipped"] == 512 * prefix["hit_blocks"]
+
+
+def test_a_ring_shares_only_the_prompt_tokens_that_stay_in_its_slot() -> None:
+    """``kv.sharing.shared_prefix_tokens``: a prompt stored whole is shared whole while its
+    slot does not wrap; once its decode outgrows the slot, the ring overwrites its oldest
+    tokens, so only the positions before the ring (StreamingLLM's sinks, SnapStream's sinks
+    and selected tokens) are shared; a compressed or truncated prompt shares nothing."""
+    from rdu_sim.kv.policies import SnapStreamPolicy, StreamingLLMPolicy, kept_counts, slot_wraps
+    from rdu_sim.kv.sharing import shared_prefix_tokens
+
+    ring = StreamingLLMPolicy(32768, sinks=512, recent=3584)  # a 4,096-token slot
+    assert shared_prefix_tokens(ring, 3000, 1097) == 3000  # 3,000 + 1,096 written: fits
+    assert shared_prefix_tokens(ring, 3000, 1098) == 512  # wraps: the sinks stay
+    assert shared_prefix_tokens(ring, 300, 5000) == 300  # all of it in the sinks
+    assert shared_prefix_tokens(ring, 3000, 1) == 3000  # a prefill server's: no decode
+    assert shared_prefix_tokens(ring, 5000, 1) == 0  # truncated at prefill
+    snap = SnapStreamPolicy(
+        32768,
+        budget=4096,
+        sinks=4,
+        recent=1024,
+        observation_window=32,
+        kernel_size=7,
+        pooling="max",
+    )
+    assert shared_prefix_tokens(snap, 4000, 200) == 4 + 3068  # the ring's 1,024 go
+    assert shared_prefix_tokens(snap, 4000, 97) == 4000
+    assert shared_prefix_tokens(snap, 4097, 1) == 0  # compressed
+    # the wrap is the report's (``kv_kept.slots_wrapped``), request by request
+    prompts, outputs = [3000, 3000, 300, 4000, 1], [1097, 1098, 5000, 1, 9000]
+    assert kept_counts(ring, prompts, outputs).slots_wrapped == sum(
+        slot_wraps(ring, p, o) for p, o in zip(prompts, outputs, strict=True)
+    )
+
+
+def test_a_ring_on_a_paged_pool_never_hits_tokens_its_ring_overwrites(tmp_path: Path) -> None:
+    """StreamingLLM (512 sinks, a 4,096-token slot) on a paged pool with a prefix cache: a
+    request whose decode outgrows its slot is credited only blocks inside its sinks; before,
+    four such requests were credited 4,096 tokens beyond them (a block the ring overwrote
+    as they decoded, read in place by others too)."""
+    path = _gpu_cluster(tmp_path, TRACE, "prefix_cache: {block_tokens: 512}\n")
+    ring = {"kv.policy": "streamingllm", "kv.budget": 4096, "kv.sinks": 512}
+    result = run_cluster(str(path), {f"pools.serve.set.{k}": v for k, v in ring.items()})
+    rows = result.requests()
+    prompt, output = rows["prompt_tokens"], rows["output_tokens"]
+    cached = rows["cached_tokens"]
+    wraps = (prompt <= 4096) & (prompt + np.maximum(output - 1, 0) > 4096)
+    assert wraps.sum() == 11 and cached[wraps].max() <= 512
+    assert (cached[wraps] == 512).any()  # their sinks are still shared
+    prefix = result.to_dict()["prefix_cache"]
+    assert prefix["hit_blocks"] > 100
+    assert prefix["prefill_tokens_skipped"] == cached.sum()

@@ -51,8 +51,9 @@ class ClusterSide(Protocol):
     def records(self) -> ClusterRecords:
         """The cluster's per-request columns."""
 
-    def shared_blocks(self, request: int, policy: KVPolicy) -> Sequence[int]:
-        """The hashes of the prompt's whole blocks a prefix cache may share under ``policy``."""
+    def shared_blocks(self, request: int, policy: KVPolicy, role: str) -> Sequence[int]:
+        """The hashes of the prompt's whole blocks a prefix cache may share under ``policy``
+        on a server of ``role`` (``kv.sharing.shared_prefix_tokens``)."""
 
     def to_decode(self, request: int, source: int) -> Event:
         """Hand a prefilled ``request`` to the decode pool; fires when its cache has left."""
@@ -180,7 +181,7 @@ class Replica:
         """The hashes of the prompt's whole blocks, if its cache may be shared here."""
         if self.prefix is None:
             return ()
-        return self.cluster.shared_blocks(request, self.runtime.policy)
+        return self.cluster.shared_blocks(request, self.runtime.policy, self.runtime.config.role)
 
     def reusable_tokens(self, request: int, blocks: int) -> int:
         """Prompt tokens a prefill here skips when the prompt's first ``blocks`` blocks are

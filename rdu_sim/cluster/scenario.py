@@ -211,8 +211,8 @@ def _cross_check(cluster: ClusterScenario) -> None:
         if context != cluster.max_context:
             raise cluster.issue(
                 f"pools.{pool.name}",
-                f"serving.max_context {context} differs from pool {first.name!r}'s "
-                f"{cluster.max_context}: a cluster has one context limit (a request that "
+                f"serving.max_context {context} differs from the {cluster.max_context} of pool "
+                f"{first.name!r}: a cluster has one context limit (a request that "
                 "fits one replica must fit any)",
             )
     prefill = [p for p in cluster.pools if p.role == "prefill"]

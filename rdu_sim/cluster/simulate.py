@@ -41,8 +41,9 @@ from rdu_sim.cluster.traffic import ClusterRequests, ContextFit
 from rdu_sim.config.cluster import KVTransferConfig
 from rdu_sim.des.order import NORMAL
 from rdu_sim.des.timeline import Loop, Timeline
+from rdu_sim.kv.paged import held_output
 from rdu_sim.kv.policy import KVPolicy
-from rdu_sim.kv.sharing import shares_prefix
+from rdu_sim.kv.sharing import shared_prefix_tokens
 from rdu_sim.models import kv_bytes
 from rdu_sim.plugins import PolicyAnswerError
 from rdu_sim.serving.batching.checked import Checked
@@ -78,6 +79,7 @@ class PromptBlocks:
 
     request: int
     policy: KVPolicy
+    role: str
     blocks: Sequence[int]
 
 
@@ -183,18 +185,26 @@ class Cluster:
         self._sending: dict[int, Handing] = {}  # by request
         self._blocks_of: PromptBlocks | None = None
 
-    def shared_blocks(self, request: int, policy: KVPolicy) -> Sequence[int]:
+    def shared_blocks(self, request: int, policy: KVPolicy, role: str) -> Sequence[int]:
         """The block hashes of the request's whole prompt blocks a prefix cache may share
-        under ``policy`` (``kv.sharing``); the router asks every replica about the same
+        under ``policy`` on a server of ``role`` (``kv.sharing.shared_prefix_tokens``, with
+        the output tokens that server caches); the router asks every replica about the same
         request in a row, so the last answer is kept."""
         last = self._blocks_of
-        if last is not None and last.request == request and last.policy is policy:
+        if (
+            last is not None
+            and last.request == request
+            and last.policy is policy
+            and last.role == role
+        ):
             return last.blocks
         prompt = int(self.serving.prompt_tokens[request])
+        output = held_output(int(self.serving.output_tokens[request]), role)
         blocks: Sequence[int] = ()
-        if shares_prefix(policy, prompt):
-            blocks = self.requests.hashes(request)[: prompt // self.block_tokens]
-        self._blocks_of = PromptBlocks(request, policy, blocks)
+        shared = shared_prefix_tokens(policy, prompt, output)
+        if shared:
+            blocks = self.requests.hashes(request)[: shared // self.block_tokens]
+        self._blocks_of = PromptBlocks(request, policy, role, blocks)
         return blocks
 
     def _group(self, pools: Sequence[PoolRuntime], progress: Progress | None) -> ReplicaGroup:

@@ -473,19 +473,26 @@ def shrink_hints(
     slots: int = 1,
 ) -> list[str]:
     """Ways out of a capacity error that apply to this workload (never what is already set):
-    for the KV cache (``kv``: activations of ``slots`` slots share HBM with it), the weights
-    in HBM (``weights``) or in DDR (``ddr``), a step's activations beside them
-    (``activations``: tp splits the heads and the MLP)."""
+    for the KV cache (``kv``: activations of ``slots`` slots share HBM with it; what shrinks
+    a sequence's share is what sets it, :func:`sequence_kv_set_by`), the weights in HBM
+    (``weights``) or in DDR (``ddr``), a step's activations beside them (``activations``:
+    tp splits the heads and the MLP)."""
     w = scenario.workload
     gpu = scenario.hardware.kind == "gpu"
     hints: list[str] = []
     if kv:
-        budget = _budget_hint(scenario)
-        if budget is not None:
+        by = sequence_kv_set_by(scenario)
+        if by == "page":  # a shorter sequence still reserves the page
+            page = scenario.stack.kv_page_tokens
+            hints.append(f"lower stack.kv_page_tokens (now {page}: a page longer than a sequence)")
+        elif by == "request":  # the smallest request's own tokens: no slot hint shrinks them
+            pass
+        elif (budget := _budget_hint(scenario)) is not None:  # a fixed slot below the context
             hints.append(budget)
-        hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
-        if w.kv.policy != "snapstream":
-            hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
+        else:  # a slot of the whole context (or growing to it)
+            hints.append(f"reduce serving.max_context (now {w.serving.max_context})")
+            if w.kv.policy != "snapstream":
+                hints.append(f"use kv.policy snapstream (now {w.kv.policy})")
         if _layout_hint(scenario):
             hints.append(_layout_hint(scenario).removesuffix(", "))
         if scenario.kv_dtype_bytes > 1:  # wider than 8 bits: fp8 halves the cache at least
@@ -512,6 +519,23 @@ def shrink_hints(
     if ddr and not gpu:
         hints.append("give each socket more DDR (hw.socket.ddr.capacity)")
     return hints
+
+
+def sequence_kv_set_by(scenario: Scenario) -> str:
+    """What sets the KV memory one sequence takes, so what a capacity error may offer to
+    shrink it: ``slot``, a static slot (or a paged request that reserves a whole slot: the
+    context, or a fixed slot's budget); ``page``, a paged stack's page longer than a
+    sequence, which every request reserves whole; ``request``, the pages of the workload's
+    smallest request, its own tokens below the slot (a shorter context or slot leaves them
+    as they are)."""
+    page = scenario.stack.kv_page_tokens
+    if page is None:
+        return "slot"
+    sequence = slot_tokens(scenario) + rollback_tokens(scenario)
+    if page > sequence:
+        return "page"
+    full = reserved_pages(sequence, 0, sequence, page)  # a reservation of the whole slot
+    return "slot" if smallest_request_pages(scenario) >= full else "request"
 
 
 def _kv_shrinks_with_tp(scenario: Scenario) -> bool:
@@ -957,14 +981,20 @@ def batch_capacity(
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
             # weights HBM must keep whole that fill it: only what shrinks them helps
             alone = scenario.workload.memory.weights == "hbm" and total >= hbm
+            page = scenario.stack.kv_page_tokens
+            # a page longer than any sequence: every request reserves it whole, so it sets
+            # the smallest reservation, not the context
+            oversized = sequence_kv_set_by(scenario) == "page"
             hints = [
                 *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
                 f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
             ]
             # at the first of the fields it names that an override set (its "(from --set)"
-            # note), else at the slot's size (the model, when its weights alone do not fit)
+            # note), else at what sizes a sequence's KV cache (an oversized page, or the
+            # slot), or the model when its weights alone do not fit
             involved = (
                 more_hbm,
+                *(() if alone or page is None else ("stack.kv_page_tokens",)),
                 *(() if alone else ("serving.max_context", "kv.policy")),
                 "memory.weights",
                 "dtypes.weights",
@@ -974,7 +1004,11 @@ def batch_capacity(
             )
             field = next(
                 (f for f in involved if override_for(f, scenario.overrides) is not None),
-                "model" if alone else "serving.max_context",
+                "model"
+                if alone
+                else "stack.kv_page_tokens"
+                if oversized
+                else "serving.max_context",
             )
             weights_words = (
                 f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
@@ -987,8 +1021,8 @@ def batch_capacity(
                 if alone
                 else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
                 f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
-                f"{human.size(hbm, 4)} HBM per {device}, and one slot's KV cache is "
-                f"{human.size(kv_bytes(scenario, 1, stage), 4)} and a step's activations "
+                f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
+                f"and a step's activations "
                 f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
                 f"{max_prompt_tokens(scenario)}-token prompt)"
             )
@@ -998,6 +1032,19 @@ def batch_capacity(
         return most_slots(fits)
     return _whole_queries_batch(scenario, stage, system) or scenario.stack.runnable_batch(
         most_slots(fits)
+    )
+
+
+def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:
+    """What one sequence's KV cache takes, for the capacity error: a static slot's bytes,
+    or on a paged stack the pages the smallest request reserves."""
+    if scenario.stack.kv_page_tokens is None:
+        return f"one slot's KV cache is {human.size(kv_bytes(scenario, 1, stage), 4)}"
+    least = smallest_request_pages(scenario)
+    return (
+        f"the smallest request reserves {human.count(least, 'page')} of "
+        f"{scenario.stack.kv_page_tokens} tokens "
+        f"({human.size(least * page_bytes(scenario, stage), 4)})"
     )
 
 

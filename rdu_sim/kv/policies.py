@@ -59,8 +59,10 @@ __all__ = [
     "policy_names",
     "policy_reads",
     "register_policy",
+    "slot_wraps",
     "takes_budget",
     "unread_overrides",
+    "wrap_keeps",
 ]
 
 DEFAULT_BUDGET = 4096
@@ -950,6 +952,29 @@ def layer_selection_of(
             f"{answer.window:,}"
         )
     return answer
+
+
+def slot_wraps(policy: KVPolicy, prompt_tokens: int, output_tokens: int) -> bool:
+    """Whether a request of ``prompt_tokens`` and ``output_tokens`` outgrows its slot: what
+    its prefill left (``cache_after_prefill``) plus what its decode wrote (``output - 1``
+    tokens, the last token's KV never written) exceeds ``slot_tokens``, so a ring
+    overwrote its oldest tokens (or a decode eviction dropped some). The per-request form of
+    :func:`kept_counts`' ``slots_wrapped``."""
+    written = output_tokens - 1 if output_tokens > 1 else 0
+    return policy.cache_after_prefill(prompt_tokens) + written > policy.slot_tokens()
+
+
+def wrap_keeps(policy: KVPolicy) -> tuple[int, int]:
+    """The leading slot tokens an outgrown slot keeps in place, as (sinks, selected), from
+    the policy's ``describe()`` (``sinks``, ``topk``: the fixed-slot layouts'; a plugin
+    without them keeps nothing it states). A ring overwrites only the positions after them;
+    a policy that selects at decode may drop any scored token, so it keeps its sinks
+    alone."""
+    described = policy.describe()
+    sinks, topk = int(described.get("sinks") or 0), int(described.get("topk") or 0)
+    if topk and layer_selection_of(policy, "decode", policy.slot_tokens(), None) is not None:
+        topk = 0
+    return sinks, topk
 
 
 def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]) -> KeptCounts:

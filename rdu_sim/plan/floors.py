@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 
 from rdu_sim.cluster.records import REJECTED
 from rdu_sim.engine.timing import StepTiming
-from rdu_sim.kv.sharing import shares_prefix
+from rdu_sim.kv.paged import held_output
+from rdu_sim.kv.sharing import shared_prefix_tokens
 from rdu_sim.report.bound import StepBound, step_bound
 from rdu_sim.serving.buckets import decode_rows, prefill_step, reusable_prefix
 from rdu_sim.serving.clock import step_ps, to_s
@@ -69,14 +70,17 @@ def _cacheable(result: ClusterResult) -> NDArray[np.int64]:
     out = np.zeros(len(requests), dtype=np.int64)
     if prefix is None or not requests.has_hashes:
         return out
-    policy = _front(result).runtime.policy
+    front = _front(result).runtime
+    policy, role = front.policy, front.config.role
     block = prefix.block_tokens
     seen: set[int] = set()
     for request in range(len(requests)):
         prompt = int(requests.prompt_tokens[request])
-        if not shares_prefix(policy, prompt):
+        output = held_output(int(requests.output_tokens[request]), role)
+        shared = shared_prefix_tokens(policy, prompt, output)  # the cluster's rule
+        if not shared:
             continue
-        blocks = requests.hashes(request)[: prompt // block]
+        blocks = requests.hashes(request)[: shared // block]
         leading = 0
         for value in blocks:
             if value not in seen:

@@ -68,10 +68,10 @@ BRIEF = (50, 99)  # percentiles in the per-replica view
 
 
 def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
-    """Per-request columns (seconds; NaN where a time or a decode replica does not apply),
-    in request order (arrival order); a replayed trace's requests also name their line in
-    the trace file (``trace_line``: request ``i`` is not row ``i`` when rows were left out
-    or out of time order)."""
+    """Per-request columns (seconds; NaN where a time, a decode replica or a KV transfer's
+    bytes and time do not apply), in request order (arrival order); a replayed trace's
+    requests also name their line in the trace file (``trace_line``: request ``i`` is not
+    row ``i`` when rows were left out or out of time order)."""
     serving, records = run.serving, run.records
     sec = serving.seconds
     arrival, admit = sec(serving.arrival_ps), sec(serving.admit_ps)
@@ -82,6 +82,7 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         tpot = np.where(served & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
     nan = np.nan
     kv_start, kv_end = sec(records.kv_start_ps), sec(records.kv_end_ps)
+    sent = records.kv_end_ps != UNSET  # a KV cache went to a decode replica
     lines = run.fit.requests.trace_lines
     source = {} if lines is None else {"trace_line": lines}  # a replayed trace's rows
     return {
@@ -102,8 +103,8 @@ def request_columns(run: ClusterRun) -> dict[str, NDArray[Any]]:
         "ttft_s": np.where(served, first - arrival, nan),
         "tpot_s": tpot,
         "e2e_s": np.where(served, finish - arrival, nan),
-        "kv_bytes": records.kv_bytes,
-        "kv_transfer_s": np.where(records.kv_end_ps != UNSET, kv_end - kv_start, nan),
+        "kv_bytes": np.where(sent, records.kv_bytes, nan),  # empty, as its time, when none
+        "kv_transfer_s": np.where(sent, kv_end - kv_start, nan),
     }
 
 
