@@ -158,17 +158,21 @@ def run(
     progress: Progress | None = None,
     *,
     backend: Backend | None = None,
+    warn: bool = True,
 ) -> RunResult:
     """Simulate serving a workload; ``progress(done, total)`` is called as requests finish.
     What the reader must be told (weights pushed to DDR, ...) is warned, each of its class
-    (``rdu_sim.RduSimWarning``s), as the report's ``warnings`` say (``RunResult.warn``)."""
+    (``rdu_sim.RduSimWarning``s), as the report's ``warnings`` say (``RunResult.warn``);
+    ``warn=False`` leaves that to the caller, which shows the report's ``warnings`` itself
+    (``rdu-sim run``'s text report: each said once)."""
     from rdu_sim.report.run_result import RunResult
     from rdu_sim.serving.run import serve_scenario
 
     check_progress(progress)
     scenario = load(scenario_or_path, overrides)
     result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
-    result.warn()
+    if warn:
+        result.warn()
     return result
 
 

@@ -769,14 +769,19 @@ def _resolved(
     if problem is not None:
         known = shipped.names("hardware")
         meant = did_you_mean(hardware_path.name.removesuffix(".yaml"), known)
-        raise ConfigError.single(
-            workload_file,
-            "hardware",
-            f"hardware file {str(hardware_path)!r}: {problem}{meant} (paths are relative to "
-            f"the workload file; a bare name is a shipped hardware file: {', '.join(known)}"
-            f"{shipped.shadowed(hardware_path, ('hardware',))})",
-            lines.get(("hardware",)),
-        )
+        missing = problem == "file not found" and not hardware_path.is_symlink()
+        if missing and shipped.is_bare(workload.hardware):  # a name, not a path: no file
+            message = (  # as a name, as a stack's is (the path it was tried at is no file)
+                f"unknown hardware file {workload.hardware!r}{meant} (a path is relative to "
+                f"the workload file; a bare name is a shipped hardware file: {', '.join(known)})"
+            )
+        else:
+            message = (
+                f"hardware file {str(hardware_path)!r}: {problem}{meant} (paths are relative "
+                f"to the workload file; a bare name is a shipped hardware file: "
+                f"{', '.join(known)}{shipped.shadowed(hardware_path, ('hardware',))})"
+            )
+        raise ConfigError.single(workload_file, "hardware", message, lines.get(("hardware",)))
     hw_file = str(hardware_path)
     try:
         hw_data, hw_lines = read_hardware(hardware_path)

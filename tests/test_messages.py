@@ -269,10 +269,54 @@ def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
     )
     assert said.endswith(", vllm-2024, or 'none') (from --set stack)")
     said = error_line(invoke("run", LLAMA, "--set", "hardware=dgx-h10"))
-    assert "file not found; did you mean 'dgx-h100'? (paths are relative" in said
+    assert "hardware: unknown hardware file 'dgx-h10'; did you mean 'dgx-h100'? (a path" in said
     assert said.endswith("(from --set hardware)")
+    # a bare name is told as a name, not as the path it was tried at (the trial's
+    # site-packages path, as if the name were a file there), with the shipped ones
+    said = error_line(invoke("run", LLAMA, "--set", "hardware=sn40l-32"))
+    assert "unknown hardware file 'sn40l-32'; did you mean 'sn40l-8'? (a path" in said
+    assert "a bare name is a shipped hardware file: dgx-h100, " in said
+    assert str(ROOT / "workloads" / "sn40l-32") not in said
+    said = error_line(invoke("run", LLAMA, "--set", "hardware=mine/sn40l-32.yaml"))  # a path
+    assert f"hardware file '{ROOT / 'workloads' / 'mine' / 'sn40l-32.yaml'}': file not" in said
     said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
     assert "stack: unknown serving stack 'qqqq' (a path is relative" in said
     assert "did you mean" not in said
     said = error_line(invoke("run", LLAMA, "--set", "stack=mine/qqqq.yaml"))  # a path
     assert f"stack: serving stack '{ROOT / 'workloads' / 'mine' / 'qqqq.yaml'}': file not " in said
+
+
+def test_plot_errors_say_what_the_plot_kind_takes(tmp_path: Path) -> None:
+    """The trial: `plot deployment missing.json` listed shipped workloads and `plot
+    deployment mine.csv` asked for a run's JSON, a sweep database or a workload YAML (what
+    other plots take); each now says what the deployment plot reads. A misspelt kind gets a
+    did-you-mean."""
+    mine = tmp_path / "mine.csv"
+    mine.write_text("a,b\n1,2\n")
+    out = str(tmp_path / "x.png")
+    takes = (
+        "the deployment plot reads the JSON `rdu-sim validate --suite deployment --json` "
+        "prints, or a calibration's fit.json"
+    )
+    said = error_line(invoke("plot", "deployment", str(tmp_path / "missing.json"), "-o", out))
+    assert said.endswith("missing.json: file not found; " + takes + " (`rdu-sim calibrate`)")
+    assert "shipped workload" not in said
+    said = error_line(invoke("plot", "deployment", str(mine), "-o", out))
+    assert said.startswith(f"error: {mine}: not JSON (") and takes in said
+    assert "workload YAML" not in said
+    said = error_line(invoke("plot", "calibration", str(mine), "-o", out))
+    assert said.endswith("the calibration plot reads the JSON `rdu-sim validate --json` prints")
+    said = error_line(invoke("plot", "deplyment", str(mine), "-o", out))
+    assert said.startswith("error: unknown plot kind 'deplyment'; did you mean 'deployment'? ")
+    said = error_line(invoke("plot", "pie", str(mine), "-o", out))
+    assert "did you mean" not in said and "valid kinds: memory, " in said
+
+
+def test_check_calls_an_empty_csv_neither_kind_in_particular(tmp_path: Path) -> None:
+    """An empty .csv may have been a measurement file as well as a trace: `rdu-sim check`
+    said "a trace has a row per request"; it names both kinds a CSV it reads can be."""
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    said = error_line(invoke("check", str(empty)))
+    assert said.startswith(f"error: {empty}: is empty: a CSV `rdu-sim check` reads is a request ")
+    assert "or a measurement file (a header naming its columns: metric, measured" in said

@@ -778,3 +778,40 @@ def test_a_config_folder_matplotlib_cannot_write_prints_nothing(tmp_path: Path) 
     assert [line for line in done.stderr.splitlines() if not line.startswith("rdu-sim:")] == []
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob("rdu-sim-matplotlib-*"))  # removed at exit
+
+
+def test_a_batch_sweeps_plot_marks_each_points_bound_and_the_batch_limits() -> None:
+    """Issue 42: a batch sweep's plot names what binds each point, filled where the
+    resource binds its step and hollow where it is only the largest part (the step report's
+    rule, ``decode_step.binds``), and marks the slots memory holds and the batch 'auto' runs
+    with the rule that cut it (the rows' ``memory_capacity``, ``batch_capacity``,
+    ``capacity_limit``)."""
+    rows = [
+        (1, "hbm", False, 235.0),
+        (64, "hbm", True, 1690.0),
+        (128, "hbm", True, 2722.0),
+        (158, "link", True, 1551.0),
+    ]
+    frame = pd.DataFrame(
+        [
+            {
+                "serving.batch_slots": slots,
+                "steady_decode_tokens_per_s": rate,
+                "decode_step.bound": bound,
+                "decode_step.binds": binds,
+                "batch_capacity": 128,
+                "memory_capacity": 158,
+                "capacity_limit": "batch_programs",
+            }
+            for slots, bound, binds, rate in rows
+        ]
+    )
+    frame.attrs["axes"] = ["serving.batch_slots"]
+    fig = render(lambda: plots.sweep_plot(frame))
+    ax = fig.axes[0]
+    marked = {c.get_label(): len(c.get_offsets()) for c in ax.collections}
+    assert marked == {"largest: HBM": 1, "HBM-bound": 2, "link-bound": 1}
+    words = {t.get_text() for t in ax.texts}
+    assert {"memory holds 158", "'auto' runs 128 (batch_programs)"} <= words
+    vertical = {line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"}
+    assert vertical == {128.0, 158.0}

@@ -129,13 +129,17 @@ def test_suite_result_json_and_dataframe_give_the_same_plot() -> None:
         _check_colors(fig, rows)
 
 
-def test_a_bound_is_drawn_as_a_band_past_both_values() -> None:
+def test_a_bound_is_one_sided_at_the_clis_threshold_and_labelled_as_the_cli_does() -> None:
+    """The trial: "over 4,500" was drawn as a band up to 7,835 (and "over 90%" under a
+    "±0%: 90%..118%" label) while `rdu-sim validate` shows ``≥ 4,050``. A bound is a line at
+    its lowest passing value, shaded towards the passing side only, and its title says the
+    figure as stated and ``≥`` the threshold."""
     rows = evaluate(published_measurements(throughput_256_users=9000.0))
     as_json = json.loads(json.dumps([r.to_dict() for r in rows], allow_nan=False))
     parsed = {r.name: r for r in calibration_rows(as_json)}
     bound = parsed["decode_throughput_256_users"]
-    assert bound.passed and bound.low == pytest.approx(4050.0)
-    assert bound.high == pytest.approx(1.25 * 9000.0)
+    assert bound.passed and bound.at_least and bound.low == pytest.approx(4050.0)
+    assert bound.high == math.inf
     # without the suite's verdict the plot applies the bound itself
     below = {**next(r for r in as_json if r["name"] == "decode_throughput_256_users")}
     below.pop("pass")
@@ -143,6 +147,24 @@ def test_a_bound_is_drawn_as_a_band_past_both_values() -> None:
     assert not calibration_rows([below])[0].passed
     fig = _render(lambda: calibration(as_json))
     assert len(fig.axes) == len(FIGURES)
+    names = [r["name"] for r in as_json]
+    ax = fig.axes[names.index("decode_throughput_256_users")]
+    assert ax.get_title(loc="left") == (
+        "decode_throughput_256_users: published over 4,500 tokens/s (≥ 4,050 tokens/s)"
+    )
+    (shade,) = ax.patches
+    _, hi = ax.get_xlim()
+    assert shade.get_x() == pytest.approx(4050.0)
+    assert shade.get_x() + shade.get_width() == pytest.approx(hi)  # open to the right
+    upright = [
+        line
+        for line in ax.get_lines()
+        if line.get_linestyle() == "-" and len(set(line.get_xdata())) == 1
+    ]
+    assert [line.get_xdata()[0] for line in upright] == [4050.0]
+    share = fig.axes[names.index("peak_share_8_sockets")].get_title(loc="left")
+    assert share == "peak_share_8_sockets: published over 90% (≥ 90%)"
+    assert "±" not in share
 
 
 def test_unmeasured_figure_fails_without_a_marker() -> None:

@@ -15,9 +15,11 @@ from click.testing import CliRunner
 from matplotlib.figure import Figure
 
 from rdu_sim.cli.main import cli
+from rdu_sim.config import shipped
 from rdu_sim.report import plots
 from rdu_sim.report.plots_data import PlotInputError
 from rdu_sim.report.plots_deployment import deployment_rows
+from rdu_sim.report.plots_style import STACK_COLORS, stack_color
 
 
 def _point(
@@ -60,7 +62,7 @@ def _render(results: Any) -> Figure:
 def test_a_panel_per_machine_and_the_speed_reads_alike_for_both_units() -> None:
     fig = _render(SUITE)
     assert len(fig.axes) == 2
-    first, second = fig.axes
+    second, first = fig.axes  # panels in the machines' name order: dgx-h100 first
     assert first.get_title(loc="left").startswith("sn40l-8: 2 rows, batch 1 to 16")
     assert second.get_title(loc="left").startswith("dgx-h100: 2 rows, batch 64 to 2299")
     points = sorted(
@@ -126,3 +128,48 @@ def test_the_command_draws_it_and_refuses_a_workload(tmp_path: Path) -> None:
     workload = Path(__file__).resolve().parents[1] / "workloads" / "llama3.1-8b-1socket.yaml"
     result = CliRunner().invoke(cli, ["plot", "deployment", str(workload), "-o", str(out)])
     assert result.exit_code == 2 and "validate --suite deployment --json" in result.output
+
+
+def _colors(fig: Figure) -> dict[str, str]:
+    """Each stack's colour, from the figure's legend."""
+    (legend,) = fig.legends
+    return {
+        text.get_text(): handle.get_color()
+        for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+        if text.get_text() in STACK_COLORS
+    }
+
+
+def test_a_stack_has_one_colour_and_the_panels_one_order_whatever_the_rows() -> None:
+    """The trial: SambaStudio was green in one plot and blue in another, as the stacks'
+    colours and the panels followed the rows' order. Reversed rows draw the same figure."""
+    forward = _render(SUITE)
+    backward = _render({**SUITE, "points": SUITE["points"][::-1]})
+    for fig in (forward, backward):
+        assert [ax.get_title(loc="left").split(":")[0] for ax in fig.axes] == [
+            "dgx-h100",
+            "sn40l-8",
+        ]
+        assert _colors(fig) == {
+            "sambastudio-2024": STACK_COLORS["sambastudio-2024"],
+            "tensorrt-llm": STACK_COLORS["tensorrt-llm"],
+        }
+    assert set(STACK_COLORS) == set(shipped.names("stack"))  # every shipped stack has one
+    assert len(set(STACK_COLORS.values())) == len(STACK_COLORS)
+    assert stack_color("my-stack") == stack_color("my-stack") not in STACK_COLORS.values()
+
+
+def test_held_out_rows_are_drawn_over_the_fitted_ones() -> None:
+    """A fit's held-out rows (hollow) sat under the filled ones and were mostly hidden."""
+    fit = {
+        "targets": [
+            {"measured": 1.0, "simulated": 1.0, "unit": "s", "batch_slots": b, "held_out": h,
+             "groups": {"hardware": "sn40l-8", "stack": "sambastudio-2024", "method": "batch"}}
+            for b, h in ((1, True), (1, False), (2, False), (2, True))
+        ]
+    }  # fmt: skip
+    (ax,) = _render(fit).axes
+    markers = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    hollow = [line.get_zorder() for line in markers if line.get_markerfacecolor() == "none"]
+    filled = [line.get_zorder() for line in markers if line.get_markerfacecolor() != "none"]
+    assert len(hollow) == len(filled) == 2 and min(hollow) > max(filled)

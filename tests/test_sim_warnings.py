@@ -89,3 +89,17 @@ def test_the_cli_prints_the_spill_as_one_warning_line() -> None:
     assert done.exit_code == 0, done.output
     lines = [line for line in done.stderr.splitlines() if "read from DDR" in line]
     assert len(lines) == 1 and lines[0].startswith("warning: "), done.stderr
+
+
+def test_the_text_report_says_the_spill_once() -> None:
+    """`rdu-sim run` without --json: the report's warning line, not a second one on stderr
+    (the trial's DeepSeek run at 256 slots printed it twice, with and without the file)."""
+    args = ["run", W, "--set", f"model.config_json={QWEN32}", "--set", "serving.requests=4"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    said = [
+        line
+        for line in (*done.stdout.splitlines(), *done.stderr.splitlines())
+        if "leaves HBM room" in line
+    ]
+    assert len(said) == 1 and said[0].lstrip().startswith("warning: "), said

@@ -82,3 +82,19 @@ def test_a_gpu_steps_kernel_table_has_no_sn40l_columns() -> None:
     said = _step("llama3.1-8b-1socket")
     assert "kernel calls loop time share launch period sim tiles SRAM ─" in said
     assert "tiles: a call's; SRAM: the PMU SRAM it holds" in said
+
+
+def test_the_two_link_times_say_what_each_is() -> None:
+    """The bound line's link time (21.8 ms at 128 SnapStream slots) is the busiest link
+    direction's with a transfer in flight, latency included; the busy table's (20.8 ms) its
+    serialisation alone: the line says both, and the table's caption says which is which."""
+    data = _step_json("deepseek-r1-128k-snapstream")
+    flight, wire = data["bound"]["link_s"], data["busy_s"]["link"]
+    assert flight > wire > 0
+    said = _step("deepseek-r1-128k-snapstream")
+    assert (
+        f"link {human.duration(flight)} (in flight, latency included; on the wire "
+        f"{human.duration(wire)})"
+    ) in said
+    assert f"link {human.duration(wire)}" in said  # the busy table's
+    assert "link: the busiest link direction's serialisation time (its bytes on the wire)" in said

@@ -15,7 +15,7 @@ import pytest
 from rdu_sim import api
 from rdu_sim.compiler import batch_capacity
 from rdu_sim.engine.timing import StepTiming
-from rdu_sim.report.bound import RESOURCES, step_bound
+from rdu_sim.report.bound import RESOURCES, bound_label, step_bound
 from rdu_sim.sweep import load, run_sweep
 
 SPEC = (
@@ -90,3 +90,31 @@ def test_the_runs_decode_step_is_the_step_commands(rows: list[dict[str, Any]]) -
     assert isinstance(timing, StepTiming)
     assert row["decode_step.step_s"] == pytest.approx(timing.step_s, rel=1e-11)
     assert row["decode_step.bound"] == step_bound(timing, scenario.hardware).bound
+
+
+def test_each_row_says_what_limits_the_batch(rows: list[dict[str, Any]]) -> None:
+    """Issue 42: the rows name what stops the rise: the slots memory holds, the batch the
+    stack's programs run ('auto') and which rule cut it there, as the run's report does."""
+    scenario = api.load(WORKLOAD)
+    runs = batch_capacity(scenario)
+    holds = batch_capacity(scenario, runnable=False)
+    for row in rows:
+        assert row["batch_capacity"] == runs
+        assert row["memory_capacity"] == holds
+        assert row["capacity_limit"] == scenario.stack.batch_limit(holds) == "batch_programs"
+        assert row["throughput_bound"] == "machine"
+
+
+def test_each_row_says_whether_its_bound_binds_as_the_step_report_does(
+    rows: list[dict[str, Any]],
+) -> None:
+    """One slot's step is HBM's largest part, not bound by it (`rdu-sim step --batch 1`
+    says "largest part"); the rows carry the same rule (`report.bound.bound_label`)."""
+    scenario = api.load(WORKLOAD)
+    for row in (rows[0], rows[-2]):
+        timing = api.step(scenario, batch=int(row["serving.batch_slots"])).detail
+        assert isinstance(timing, StepTiming)
+        bound = step_bound(timing, scenario.hardware)
+        assert row["decode_step.binds"] == (bound_label(bound.limit_s, bound.step_s) == "bound by")
+    assert not rows[0]["decode_step.binds"]
+    assert rows[-2]["decode_step.binds"]

@@ -231,6 +231,15 @@ def check_file(path: Path, measured: list[Row] | None = None) -> str:
     if path.suffix.lower() == ".csv":
         from rdu_sim.validate.measurement_file import check_points, is_measurement_file
 
+        if path.is_file() and path.stat().st_size == 0:  # no header: either kind of CSV
+            raise ConfigError.single(
+                str(path),
+                "",
+                "is empty: a CSV `rdu-sim check` reads is a request trace (a header, then a "
+                "row per request) or a measurement file (a header naming its columns: metric, "
+                "measured, hardware, tp, stack, ...; then a row per measured point)",
+            )
+
         if is_measurement_file(path):  # a header naming a measurement column: measured points
             # every row resolved as the suite and calibrate do
             points = check_points(path, measured)

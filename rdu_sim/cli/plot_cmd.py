@@ -87,14 +87,38 @@ def _tokens(text: str) -> int:
     return tokens
 
 
-def _read_json(path: Path) -> Any:
+_JSON_KINDS = {
+    "calibration": "the JSON `rdu-sim validate --json` prints",
+    "deployment": (
+        "the JSON `rdu-sim validate --suite deployment --json` prints, or a calibration's "
+        "fit.json (`rdu-sim calibrate`)"
+    ),
+    "compare": "the JSON `rdu-sim compare --json` prints",
+}
+"""What a plot that reads one command's JSON, and no workload or run, takes as INPUT."""
+
+
+def takes(kind: str) -> str:
+    """What the ``kind`` plot takes as INPUT, in words, for its errors: a command's JSON
+    (:data:`_JSON_KINDS`), a sweep database, or a run's JSON, a sweep database or a
+    workload."""
+    if kind in _JSON_KINDS:
+        return _JSON_KINDS[kind]
+    if kind == "sweep":
+        return "a sweep database (.sqlite, .db) `rdu-sim sweep SPEC` writes"
+    if kind in _SWEEP_KINDS:
+        return f"the sweep database `rdu-sim sweep {_SWEEP_KINDS[kind]}` writes"
+    return "the file `rdu-sim run --json` writes, a sweep database or a workload YAML"
+
+
+def _read_json(path: Path, kind: str) -> Any:
     text = read_text_file(path, MAX_RESULTS_BYTES, "a run's JSON")
     try:
         return json_text.loads(text, MAX_DEPTH)
     except json.JSONDecodeError as exc:
         fail(
-            f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); give "
-            "the file `rdu-sim run --json` writes, a sweep database or a workload YAML"
+            f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); the "
+            f"{kind} plot reads {takes(kind)}"
         )
     except json_text.JsonLimitError as exc:  # 5000-digit numbers, 100,000 brackets
         fail(f"{path}: not a run's JSON: {exc}")
@@ -177,7 +201,8 @@ def _locate(given: Path, kind: str) -> Path:
     (where ``rdu-sim sweep NAME`` writes it), else the shipped workload it names
     (``rdu_sim.config.shipped``'s one rule, and its error when neither exists). A database
     (by its suffix, or for a plot that reads only one) that is neither is named as a missing
-    database, with the shipped sweeps (not the workloads) listed."""
+    database, with the shipped sweeps (not the workloads) listed; for a plot that reads one
+    command's JSON (:data:`_JSON_KINDS`), as a missing file, with what the plot reads."""
     from rdu_sim.config import shipped
 
     try:
@@ -194,6 +219,8 @@ def _locate(given: Path, kind: str) -> Path:
                 f"`rdu-sim sweep {given}` first"
             )
         return database
+    if kind in _JSON_KINDS:
+        fail(f"{given}: file not found; the {kind} plot reads {takes(kind)}")
     if given.suffix.lower() in _DB_SUFFIXES or kind == "sweep" or kind in _SWEEP_KINDS:
         listed = shipped.unknown_name_message(("sweep",)).replace("file not found, and ", "")
         fail(f"{given}: no such sweep database, and {listed}")
@@ -351,7 +378,11 @@ def command(
     """
     kind = kind.lower()
     if kind not in _KINDS:
-        fail(f"unknown plot kind {kind!r}; valid kinds: {', '.join(_KINDS)}")
+        from rdu_sim.config.loader import close_name  # (only a misspelt kind needs it)
+
+        close = close_name(kind, _KINDS)
+        hint = f"did you mean {close!r}? " if close is not None else ""
+        fail(f"unknown plot kind {kind!r}; {hint}valid kinds: {', '.join(_KINDS)}")
     target = output if output is not None else Path(f"{kind}.png")
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
         given = repr(target.suffix) if target.suffix else "a file without an extension"
@@ -363,7 +394,7 @@ def command(
     input_path = _locate(input_path, kind)
     problem = file_problem(input_path)
     if problem is not None:
-        fail(f"{input_path}: {problem} (give a run JSON, a sweep database or a workload)")
+        fail(f"{input_path}: {problem} (the {kind} plot reads {takes(kind)})")
     suffix = input_path.suffix.lower()
     _matplotlib_config_dir()
     from rdu_sim.report import plots
@@ -406,7 +437,7 @@ def command(
     elif suffix in _DB_SUFFIXES:
         results = _read_db(input_path, sweep_name, keep_failed=kind == "sweep")
     else:
-        results = _attach_siblings(_read_json(input_path), input_path.parent)
+        results = _attach_siblings(_read_json(input_path, kind), input_path.parent)
     try:
         figure = (
             plots.sweep_plot(results, x=x_axis, y=y_metric, by=by_columns or None)

@@ -300,7 +300,8 @@ def command(
         outputs.append(("--trace", trace_file))
     refuse_overwrite(outputs, input_files(scenario), "the run")
     with _progress_bar(not as_json) as progress:
-        result = api.run(scenario, progress=progress)
+        # the text report prints the run's warnings: said on stderr too, each was said twice
+        result = api.run(scenario, progress=progress, warn=as_json)
     data = result.to_dict()
 
     def report() -> None:

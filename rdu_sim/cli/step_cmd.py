@@ -275,7 +275,13 @@ def _print_tables(
     from rdu_sim.report.terminal import wide_console
 
     console = wide_console(soft_wrap=True, highlight=False)
-    from rdu_sim.report.bound import RESOURCES, bound_label, others_alone, resource_words
+    from rdu_sim.report.bound import (
+        RESOURCES,
+        bound_label,
+        link_note,
+        others_alone,
+        resource_words,
+    )
 
     console.print(
         f"[bold]{data['workload']}[/]: {model or data['model']} on {data['hardware']} "
@@ -293,6 +299,9 @@ def _print_tables(
     bound = data["bound"]
     resource = bound["resource"]
     notes = {} if compute is None else {"compute": compute}  # compute is not the busy pcu
+    link = link_note(bound["link_s"], data["busy_s"].get("link", 0.0))
+    if link is not None:  # nor the link the busy link
+        notes["link"] = link
     others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource, notes)
     hidden = ", hidden under it" if bound["host_hidden_s"] > 0 else ""
     rest = bound["unaccounted_s"]
@@ -362,6 +371,12 @@ def _print_tables(
     if data["collectives"]:
         console.print(_collectives_table(data["collectives"], device))
     units = Table(title=f"bytes and busy units (per {device})", box=box.SIMPLE_HEAD)
+    if data["busy_s"].get("link", 0.0) > 0:
+        units.caption = (
+            "link: the busiest link direction's serialisation time (its bytes on the wire); "
+            "the bound's link time adds each transfer's latency in flight"
+        )
+        units.caption_justify = "left"
     for col in ("tier", "bytes", "unit", "busy", "busy (share of step)"):
         units.add_column(col, justify="left" if col in ("tier", "unit") else "right", no_wrap=True)
     tiers = list(data["bytes_by_tier"].items())

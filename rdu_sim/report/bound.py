@@ -184,6 +184,17 @@ def others_alone(
     return ", ".join(others) or "nothing else"
 
 
+def link_note(flight_s: float, wire_s: float) -> str | None:
+    """How a step's ``link`` time (each kernel's busiest link direction with a transfer in
+    flight, each hop's latency included: :func:`step_bound`) differs from the busy table's
+    ``link`` (``busy_s.link``: that direction's serialisation alone, its bytes on the wire):
+    ``in flight, latency included; on the wire 20.8 ms``. None when no link was busy or the
+    two are one figure."""
+    if flight_s <= 0 or human.duration(flight_s) == human.duration(wire_s):
+        return None
+    return f"in flight, latency included; on the wire {human.duration(wire_s)}"
+
+
 def compute_note(pcu_busy_s: float, hardware: Hardware) -> str | None:
     """How an SN40L step's ``compute`` time differs from its PCUs' busy time (``busy_s.pcu``,
     PCU-seconds over all the socket's PCUs, which the step's busy table shows): it is each

@@ -11,9 +11,11 @@ beside it.
 It reads the comparison rows in any of the forms they come in: a ``SuiteResult``
 (``rdu_sim.validate.run_suite``), its ``rows`` (``Row`` objects), the JSON list ``rdu-sim
 validate --json`` prints (dicts with ``name``, ``published``, ``simulated``,
-``relative_error``, ``tolerance``, ``pass``, ``unit``, ``low``, ``high``, ``bound``; a bound's
-null ``high`` is drawn as a band past both values), or a DataFrame with
-those columns. Nothing here imports ``rdu_sim.validate``: rows are read by their fields.
+``relative_error``, ``tolerance``, ``pass``, ``unit``, ``low``, ``high``, ``bound``,
+``stated``), or a DataFrame with those columns. A bound ("over X": ``bound`` ``at_least``,
+a null ``high``) is one-sided: a line at its lowest passing value (``low``, the CLI's
+``≥``) with an arrow and a shade towards the passing side, labelled as ``rdu-sim validate``
+labels it. Nothing here imports ``rdu_sim.validate``: rows are read by their fields.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class CalibrationRow:
     high: float
     passed: bool
     unit: str
+    at_least: bool = False  # a bound ("over X"): passes at ``low`` or above; ``high`` is inf
+    stated: str | None = None  # the figure as its source states it ("over 4,500 tokens/s")
 
     @property
     def relative_error(self) -> float:
@@ -132,9 +136,10 @@ def _row(item: Any) -> CalibrationRow:
     at_least = item.get("bound") == "at_least"  # "over X": no upper end
     if not math.isfinite(low):
         low = published - tolerance * abs(published)
-    if not math.isfinite(high):  # a bound's band is drawn past both values
-        top = max(published, simulated) if math.isfinite(simulated) else published
-        high = 1.25 * top if at_least else published + tolerance * abs(published)
+    if at_least:  # one-sided: no upper end
+        high = math.inf
+    elif not math.isfinite(high):
+        high = published + tolerance * abs(published)
     verdict = item.get("pass", item.get("passed"))
     if isinstance(verdict, bool):
         passed = verdict
@@ -143,6 +148,7 @@ def _row(item: Any) -> CalibrationRow:
         error = simulated - published
         passed = math.isfinite(simulated) and (error >= -limit if at_least else abs(error) <= limit)
     unit = item.get("unit")
+    stated = item.get("stated")
     return CalibrationRow(
         name,
         published,
@@ -152,6 +158,8 @@ def _row(item: Any) -> CalibrationRow:
         high,
         passed,
         "" if unit is None or unit != unit else str(unit),
+        at_least,
+        str(stated) if isinstance(stated, str) and stated else None,
     )
 
 
@@ -186,9 +194,7 @@ def _fmt(value: float, unit: str, *, named: bool = True) -> str:
 def _limits(row: CalibrationRow, scale: float) -> tuple[float, float]:
     """x limits holding the band, the published value and the simulated one, with room for
     the annotation."""
-    values = [row.low, row.high, row.published]
-    if math.isfinite(row.simulated):
-        values.append(row.simulated)
+    values = [v for v in (row.low, row.high, row.published, row.simulated) if math.isfinite(v)]
     lo, hi = min(values) * scale, max(values) * scale
     span = hi - lo or abs(hi) or 1.0
     return lo - 0.12 * span, hi + 0.12 * span
@@ -198,7 +204,19 @@ def _draw(ax: Axes, row: CalibrationRow) -> None:
     """One figure's panel: band, published line, simulated marker, error annotation."""
     scale, unit = _scale(row.unit)
     color = PASS_COLOR if row.passed else FAIL_COLOR
-    ax.axvspan(row.low * scale, row.high * scale, color=BAND_COLOR, zorder=0)
+    left, right = _limits(row, scale)
+    if row.at_least:  # one-sided: the passing side of the lowest passing value
+        ax.axvspan(row.low * scale, right, color=BAND_COLOR, alpha=0.5, zorder=0)
+        ax.axvline(row.low * scale, color="0.3", linestyle="-", linewidth=1.5, zorder=1)
+        ax.annotate(
+            "",
+            xy=(row.low * scale + 0.08 * (right - left), -0.6),
+            xytext=(row.low * scale, -0.6),
+            arrowprops={"arrowstyle": "->", "color": "0.3", "linewidth": 1.2},
+            zorder=1,
+        )
+    else:
+        ax.axvspan(row.low * scale, row.high * scale, color=BAND_COLOR, zorder=0)
     ax.axvline(row.published * scale, color="0.3", linestyle="--", linewidth=1.2, zorder=1)
     verdict = "pass" if row.passed else "FAIL"
     if math.isfinite(row.simulated):
@@ -239,20 +257,25 @@ def _draw(ax: Axes, row: CalibrationRow) -> None:
             fontsize=9,
         )
         result = f"not measured · {verdict}"
-    ax.set_xlim(*_limits(row, scale))
+    ax.set_xlim(left, right)
     ax.set_ylim(-1, 1)
     ax.set_yticks([])
     ax.set_xlabel(unit, fontsize=8, labelpad=1)
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(True, axis="x", alpha=0.3)
-    band = f"{_fmt(row.low, row.unit, named=False)}..{_fmt(row.high, row.unit)}"
-    ax.set_title(
-        f"{row.name}: published {_fmt(row.published, row.unit)} "
-        f"(±{human.percent(row.tolerance, 0)}: {band})",
-        loc="left",
-        fontsize=9,
-    )
+    ax.set_title(f"{row.name}: published {_published_words(row)}", loc="left", fontsize=9)
     ax.set_title(result, loc="right", fontsize=9, color=color, fontweight="bold")
+
+
+def _published_words(row: CalibrationRow) -> str:
+    """The figure as ``rdu-sim validate`` prints it (as stated, else its value) and what
+    passes: a bound's lowest passing value (``≥ 4,050 tokens/s``), a point's band
+    (``±10%: 1,649..2,015 tokens/s``)."""
+    published = row.stated or _fmt(row.published, row.unit)
+    if row.at_least:
+        return f"{published} (≥ {_fmt(row.low, row.unit)})"
+    band = f"{_fmt(row.low, row.unit, named=False)}..{_fmt(row.high, row.unit)}"
+    return f"{published} (±{human.percent(row.tolerance, 0)}: {band})"
 
 
 def calibration(results: Any, *, title: str | None = None) -> Figure:
@@ -281,10 +304,16 @@ def calibration(results: Any, *, title: str | None = None) -> Figure:
         title or f"Calibration: simulated vs published ({passed} of {len(rows)} inside tolerance)",
         fontsize=11,
     )
+    bounds = (
+        [Line2D([], [], color="0.3", linestyle="-", label="a bound's lowest passing value")]
+        if any(row.at_least for row in rows)
+        else []
+    )
     fig.legend(
         handles=[
             Patch(color=BAND_COLOR, label="tolerance band"),
             Line2D([], [], color="0.3", linestyle="--", label="published"),
+            *bounds,
             Line2D(
                 [],
                 [],
@@ -307,7 +336,7 @@ def calibration(results: Any, *, title: str | None = None) -> Figure:
             ),
         ],
         loc="outside lower center",
-        ncols=4,
+        ncols=4 + len(bounds),
         fontsize=8,
         frameon=False,
     )

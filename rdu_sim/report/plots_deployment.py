@@ -5,8 +5,10 @@ ran (a full-load row at the batch its stack's KV pool allowed), and how fast the
 is against the measurement: simulated over measured tokens/s, measured over simulated
 seconds (above 1 the simulator is faster, whatever the metric), on a log scale, so a row
 20% slow and one 20% fast sit symmetrically.
-The colour is the serving stack, the marker how it was measured (a batch sent together, or a
-full-load run); a held-out row of a calibration is hollow. The shaded band is +-10%.
+The colour is the serving stack (each its fixed colour, ``plots_style.stack_color``), the
+marker how it was measured (a batch sent together, or a full-load run); a held-out row of a
+calibration is hollow, drawn over the fitted ones. Panels come in the machines' name order.
+The shaded band is +-10%.
 
 It reads what ``rdu-sim validate --suite deployment --json`` prints (``points``) or what
 ``rdu-sim calibrate`` writes (``fit.json``: ``targets``; published figures, which have no
@@ -25,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from rdu_sim.report.plots_data import PlotInputError, number
-from rdu_sim.report.plots_style import color_for, figure_title, new_figure, plain_log2
+from rdu_sim.report.plots_style import figure_title, new_figure, plain_log2, stack_color
 
 __all__ = ["BAND", "DeploymentRow", "deployment", "deployment_rows"]
 
@@ -151,12 +153,14 @@ def deployment(results: Any, *, title: str | None = None) -> Figure:
     """Simulated over measured against the batch, one panel per machine.
 
     Returns:
-        The figure; ``fig.axes`` holds one axes per machine, in order of first appearance.
+        The figure; ``fig.axes`` holds one axes per machine, in the machines' name order
+        (the same whatever order the rows come in); each stack has its fixed colour
+        (``plots_style.stack_color``), and held-out rows are drawn over the fitted ones.
     """
     rows = deployment_rows(results)
-    machines = list(dict.fromkeys(r.machine for r in rows))
-    stacks = list(dict.fromkeys(r.stack for r in rows))
-    colors = {stack: color_for(stack, i) for i, stack in enumerate(stacks)}
+    machines = sorted({r.machine for r in rows})  # the same order whatever the file's
+    stacks = sorted({r.stack for r in rows})
+    colors = {stack: stack_color(stack) for stack in stacks}
     markers = {"batch": "o", FULL_LOAD: "s"}
     fig, axes = new_figure(len(machines), 1, width=7.5, height=3.4)
     ratios = [r.ratio for r in rows]
@@ -166,7 +170,7 @@ def deployment(results: Any, *, title: str | None = None) -> Figure:
         batches = [r.batch for r in mine]
         ax.axhspan(1 - BAND, 1 + BAND, color="#e5e5e5", zorder=0)
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, zorder=1)
-        for row in mine:
+        for row in sorted(mine, key=lambda r: r.held_out):  # held out on top: few, hollow
             color = colors[row.stack]
             ax.plot(
                 [row.batch],
@@ -178,7 +182,7 @@ def deployment(results: Any, *, title: str | None = None) -> Figure:
                 markerfacecolor="none" if row.held_out else color,
                 markeredgecolor=color,
                 alpha=0.85,
-                zorder=2,
+                zorder=3 if row.held_out else 2,
             )
         plain_log2(ax, "x")
         ax.set_xlim(0.7, max(batches) * 1.4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import zlib
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "BESIDE",
     "PART_COLORS",
     "POLICY_COLORS",
+    "STACK_COLORS",
     "color_for",
     "figure_title",
     "legend_outside",
@@ -37,6 +39,7 @@ __all__ = [
     "note_settings",
     "plain_log2",
     "plot_steady",
+    "stack_color",
     "use_token_axis",
     "whole_run_key",
 ]
@@ -69,6 +72,28 @@ _CYCLE = (
     "#ccb974",
     "#64b5cd",
 )
+
+
+STACK_COLORS = {
+    "sambastack-2025": "#4c72b0",
+    "sambastudio-2024": "#55a868",
+    "sglang": "#8172b3",
+    "tensorrt-llm": "#c44e52",
+    "tensorrt-llm-2024": "#dd8452",
+    "vllm-2024": "#937860",
+}
+"""A fixed colour per shipped serving stack (stacks/), so a stack reads the same in every
+plot whatever else the plot holds (tests/test_plots_deployment.py checks every shipped stack
+has one)."""
+
+
+def stack_color(stack: str) -> str:
+    """The stack's colour: :data:`STACK_COLORS` for a shipped stack, else a colour of the
+    cycle the shipped ones leave, chosen by the name (the same in every plot)."""
+    if stack in STACK_COLORS:
+        return STACK_COLORS[stack]
+    spare = [c for c in _CYCLE if c not in STACK_COLORS.values()]
+    return spare[zlib.crc32(stack.encode()) % len(spare)]
 
 
 def color_for(label: str, index: int) -> str:

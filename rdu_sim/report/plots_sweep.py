@@ -36,6 +36,7 @@ from matplotlib.ticker import NullFormatter
 from rdu_sim.config import units
 from rdu_sim.config.field_docs import axis_label
 from rdu_sim.config.overrides import HW_PREFIX
+from rdu_sim.report.bound import LABELS
 from rdu_sim.report.plots_data import (
     PlotInputError,
     RunPoint,
@@ -197,6 +198,7 @@ def design_space(
     by: Sequence[str] = (),
     title: str | None = None,
     whole_run: str | None = None,
+    marks: bool = False,
 ) -> Figure:
     """Metric ``y`` vs sweep axis ``x``, one line per combination of the ``by`` columns.
 
@@ -210,6 +212,9 @@ def design_space(
         whole_run: a metric drawn faint beside ``y`` in each line's colour (the whole run's
             rate beside the steady window's: ``plots_style.plot_steady``); a point with no
             ``y`` is a hollow marker at its value.
+        marks: name each point's decode-step bound over it and the batch limits along a
+            batch-slots axis, where the rows carry them (:func:`mark_bounds`,
+            :func:`mark_batch_limits`).
 
     Returns:
         The figure; one line per group. Rows of a group that share an ``x`` value (axes not
@@ -266,6 +271,9 @@ def design_space(
         )
     if drawn == 0:
         raise PlotInputError(f"no point of the sweep has a value of {y!r}")
+    marked = marks and mark_bounds(ax, runs, y, scale, lambda run: position[cell(run, x)])
+    if marks and x == BATCH_AXIS:
+        mark_batch_limits(ax, runs)
     ticks = [position[v] for v in xs_all]
     if numeric and numeric[1]:
         ax.set_xscale("log", base=2)
@@ -277,7 +285,7 @@ def design_space(
     ax.grid(True, alpha=0.3)
     if whole_run:
         whole_run_key(ax, hollow)
-    if by or whole_run:
+    if by or whole_run or marked:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
     if left_out:  # over the axes: a footnote would share the bottom with a legend there
@@ -287,6 +295,94 @@ def design_space(
     figure_title(fig, title or default[0].upper() + default[1:])
     legible_xticks(fig, ax)  # values close on a linear axis would run into one number
     return fig
+
+
+BATCH_AXIS = "serving.batch_slots"
+"""The axis along which a sweep's batch limits are marked (:func:`mark_batch_limits`)."""
+
+
+def bound_mark(bound: str, binds: Any) -> str:
+    """A point's bound in a plot's words, by the step report's rule (a run's
+    ``decode_step.binds``, ``report.bound.bound_label``): ``HBM-bound`` when the resource
+    binds the step, ``largest: HBM`` when it is only the step's largest part."""
+    word = LABELS.get(bound, bound)
+    return f"{word}-bound" if binds is None or bool(binds) else f"largest: {word}"
+
+
+BOUND_MARKERS = ("s", "^", "D", "v", "P", "X", "h", "<", ">", "*", "p")
+"""A marker shape per resource, in the order of ``report.bound.LABELS``."""
+
+
+def mark_bounds(
+    ax: Any, runs: Sequence[RunPoint], y: str, scale: float, at: Callable[[RunPoint], float]
+) -> bool:
+    """On each point with a ``y`` and a ``decode_step.bound``, a black marker whose shape
+    names the resource, filled where it binds the step and hollow where it is only the
+    step's largest part (:func:`bound_mark`), each kind once in the legend; nothing where
+    several rows share an x position (an average has no one bound). Whether it marked any."""
+    placed: dict[float, list[tuple[float, str, str]]] = {}
+    for run in runs:
+        value = _value(run, y, scale)
+        bound = lookup(run, "decode_step.bound", None)
+        if value is None or bound is None:
+            continue
+        label = bound_mark(str(bound), lookup(run, "decode_step.binds", None))
+        placed.setdefault(at(run), []).append((value, str(bound), label))
+    kinds: dict[str, tuple[str, list[float], list[float]]] = {}
+    for position, points in sorted(placed.items()):
+        if len(points) == 1:
+            value, bound, label = points[0]
+            kinds.setdefault(label, (bound, [], []))[1].append(position)
+            kinds[label][2].append(value)
+    shapes = dict(zip(LABELS, BOUND_MARKERS, strict=True))
+    for label, (bound, xs, ys) in sorted(kinds.items()):
+        filled = label.endswith("-bound")
+        ax.scatter(
+            xs,
+            ys,
+            marker=shapes.get(bound, "o"),
+            s=16 if filled else 60,
+            facecolors="black" if filled else "none",
+            edgecolors="black",
+            linewidths=1,
+            zorder=5,
+            label=label,
+        )
+    return bool(kinds)
+
+
+def mark_batch_limits(ax: Any, runs: Sequence[RunPoint]) -> None:
+    """Along a batch-slots axis, a dotted line at the slots memory holds
+    (``memory_capacity``) and one at the batch ``auto`` runs (``batch_capacity``) with the
+    rule that cut it there (``capacity_limit``: the stack's ``batch_programs`` or
+    ``max_batch_slots``), where every row says the same (a run's JSON keys)."""
+
+    def single(column: str) -> Any:
+        values = {str(lookup(run, column, None)) for run in runs}
+        return None if len(values) != 1 or values == {"None"} else lookup(runs[0], column)
+
+    holds, runs_at, limit = (
+        single(c) for c in ("memory_capacity", "batch_capacity", "capacity_limit")
+    )
+    lines: dict[float, str] = {}
+    if holds is not None:
+        lines[float(holds)] = f"memory holds {int(holds):,}"
+    if runs_at is not None and limit is not None and limit != "memory":
+        lines[float(runs_at)] = f"'auto' runs {int(runs_at):,} ({limit})"
+    for slots, words in lines.items():
+        ax.axvline(slots, color="gray", linestyle=":", linewidth=1)
+        ax.annotate(
+            words,
+            (slots, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3, 4),
+            textcoords="offset points",
+            rotation=90,
+            ha="right",
+            va="bottom",
+            fontsize=6,
+            color="gray",
+        )
 
 
 REASON_CHARS = 110
@@ -468,4 +564,4 @@ def sweep_plot(
     whole = WHOLE_RUN.get(y)
     if whole is not None and not _has_values(frame, whole):
         whole = None
-    return design_space(frame, x, y, by=by, title=title, whole_run=whole)
+    return design_space(frame, x, y, by=by, title=title, whole_run=whole, marks=True)

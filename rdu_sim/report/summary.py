@@ -97,7 +97,7 @@ from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
 from rdu_sim.provenance import of_scenario
-from rdu_sim.report.bound import resource_times, step_bound
+from rdu_sim.report.bound import bound_label, resource_times, step_bound
 from rdu_sim.report.coe import CoESummary, coe_summary
 from rdu_sim.report.energy import Energy, energy_of
 from rdu_sim.report.percentiles import Percentiles, rounded, rounded_float
@@ -416,6 +416,9 @@ class DecodeStepBound:
     pmu_s: float = 0.0
     # which part of that class's time is larger (``report.bound.StepBound.link_term``)
     link_term: str | None = None
+    # whether ``bound`` binds the step (its time at least ``report.bound.BINDS_SHARE`` of
+    # it: the step report's "bound by") or is only its largest part ("largest part")
+    binds: bool = True
 
     def times(self) -> dict[str, float]:
         """Each resource's time, by name (``report.bound.RESOURCES``)."""
@@ -457,6 +460,7 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
         link=bound.link or None,
         pmu_s=bound.pmu_s,
         link_term=bound.link_term or None,
+        binds=bound_label(bound.limit_s, bound.step_s) == "bound by",
     )
 
 
