@@ -16,6 +16,8 @@ kinds, each where its rule lives:
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
 - a cluster: ``api_cluster.EmptyPrefixCacheWarning``, ``api_cluster.UncappedPrefixCacheWarning``;
+- a calibration's group of parameters that stopped at its budget of fit steps: ``validate.
+  fit_result.UnconvergedFitWarning``;
 - ``rdu-sim kv-demo``'s compression other than asked: ``kv.quality.DemoCompressionWarning``;
 - stored data: ``sweep.store.DamagedRowWarning``, ``validate.evaluation_cache.
   CutLineWarning``, ``validate.overlays.MissingFittedFileWarning``.
