@@ -270,6 +270,7 @@ def test_calibrate_errors(tmp_path: Path) -> None:
         (["--fit", "hw.x=1"], "expected [SCOPE:]hw.FIELD"),
         (["--fit", fit, "--holdout", "0.25"], "chosen by group"),
         (["--fit", fit, "--holdout", "batch=1"], "never by row or batch"),
+        (["--fit", fit, "--holdout", "tp=1,modle=x"], "modle: unknown key 'modle'; did you mean"),
         (["--fit", fit, "--holdout", "model=llama-3.1-8b"], "no measured row or figure"),
         (["--fit", fit, "--hardware", "dgx-h100"], "no measured row runs on it"),
         (["--fit", "tensorrt-llm:" + fit], "no fitted row runs on tensorrt-llm"),

@@ -444,7 +444,11 @@ fit:
         (f"nope:{STEP}=0:3ms", NONE_HELD, "spec.yaml:5: fit.1: no serving stack"),
         (f"{STEP}=3ms:0", NONE_HELD, "spec.yaml:5: fit.1: stack.host.serial_per_step: needs"),
         (f"{STEP}=0:3ms", "held_out:\n  - {tp: 9}", "spec.yaml:7: held_out.0: tp=9: no measured"),
-        (f"{STEP}=0:3ms", "held_out:\n  - {tpp: 1}", "spec.yaml:7: held_out.0.tpp: held-out"),
+        (
+            f"{STEP}=0:3ms",
+            "held_out:\n  - {tpp: 1}",
+            "spec.yaml:7: held_out.0.tpp: unknown key 'tpp'; did you mean 'tp'?",
+        ),
     ],
 )
 def test_a_spec_entry_error_names_the_spec_its_line_and_entry(

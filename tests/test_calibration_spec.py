@@ -83,7 +83,17 @@ def _spec(tmp_path: Path, **fields: object) -> Path:
     [
         ({"fit": ["hw.x=1"]}, "fit.0: expected [SCOPE:]hw.FIELD"),
         ({"fit": []}, "fit"),
-        ({"held_out": [{"batch": 1}]}, "held_out.0.batch: held-out groups are chosen by"),
+        (
+            {"held_out": [{"batch": 1}]},
+            "held_out.0.batch: unknown key 'batch': held-out groups are chosen by one of set, "
+            "machine, hardware, stack, model, tp, metric, method, figure (never by row",
+        ),
+        (
+            {"held_out": [{"modle": "llama-3.1-8b"}]},
+            "spec.yaml:7: held_out.0.modle: unknown key 'modle'; did you mean 'model'? Held-out "
+            "groups are chosen by one of set, machine, hardware, stack, model, tp, metric, "
+            "method, figure",
+        ),
         ({"held_out": ["model"]}, "held_out.0"),
         ({"measurements": ["nope"]}, "measurements.0: 'nope': no measurement file"),
         ({"measurements": [], "figures": None}, "measurements: name a measurement file"),
