@@ -340,12 +340,12 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
             ("--tolerance", tolerance is not None),
             ("--hardware", hardware is not None),
         ]
-        for option, used in given:
-            if used:
-                fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
         named = Path(args[0])
         found = named if named.is_file() else shipped.find(args[0], ("calibration",))
         path = found or shipped.locate(args[0], ("calibration",))  # its error: not found
+        for option, used in given:
+            if used:
+                fail(_spec_states(option, args[0], path, found is not named))
         spec = read_spec(path)
         inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
@@ -367,6 +367,38 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         base=Path.cwd(),
     )
     return inputs, None, None, "calibration"
+
+
+SPEC_FIELDS = {
+    "--fit": ("fit", "parameters and bounds"),
+    "--holdout": ("held_out", "held-out groups"),
+    "--figures": ("figures", "published figures"),
+    "--tolerance": ("tolerance", "tolerance"),
+    "--hardware": ("measurements", "measured rows, every row of its files"),
+}
+"""What each option that decides the fit is in a spec: its field and what it holds."""
+
+
+def _spec_states(option: str, given: str, path: Path, shipped_spec: bool) -> str:
+    """Why ``option`` is refused beside a spec, and how to ask for it: the spec alone says
+    what was fitted (so its overlays' recorded command reruns the same fit)."""
+    field, what = SPEC_FIELDS[option]
+    refused = (
+        f"{option} is not taken with a calibration spec: the spec {given} fixes its {what} "
+        f"in its `{field}` field, so that the spec alone says what its fit fitted and held out"
+    )
+    if shipped_spec:
+        where = (
+            f"copy the shipped spec out (`rdu-sim examples copy DIR` writes it to "
+            f"DIR/calibrations/{path.name}), edit its `{field}`, and run `rdu-sim calibrate "
+            f"DIR/calibrations/{path.name}`"
+        )
+    else:
+        where = f"edit its `{field}` in {path} (or a copy of it)"
+    return (
+        f"{refused}. To change that, {where}; or name the measurement files on the command "
+        f"line with --fit{'' if option == '--fit' else ' and ' + option} instead of a spec"
+    )
 
 
 @dataclass(frozen=True)
