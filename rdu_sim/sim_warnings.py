@@ -16,16 +16,30 @@ kinds, each where its rule lives:
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
 - a cluster: ``api_cluster.EmptyPrefixCacheWarning``, ``api_cluster.UncappedPrefixCacheWarning``;
+- a calibration's group of parameters that stopped at its budget of fit steps: ``validate.
+  fit_result.UnconvergedFitWarning``;
 - ``rdu-sim kv-demo``'s compression other than asked: ``kv.quality.DemoCompressionWarning``;
 - stored data: ``sweep.store.DamagedRowWarning``, ``validate.evaluation_cache.
   CutLineWarning``, ``validate.overlays.MissingFittedFileWarning``.
+
+A warning raised in a worker process (a calibration's or the figure suite's pool) would print
+there as Python's raw two lines: the work runs in ``kept`` instead, which sends its rdu-sim
+warnings back with its result, and the parent says them (``say``) as if raised in it, so they
+print as the in-process ones do, once each.
 
 This module imports nothing (the CLI's warning printer reads it at no cost).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
 __all__ = ["RduSimWarning"]
+
+R = TypeVar("R")
 
 
 class RduSimWarning(UserWarning):
@@ -46,3 +60,43 @@ def warn(warning: RduSimWarning) -> None:
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     warnings.warn(warning, stacklevel=level)
+
+
+def kept(function: Callable[..., R], *args: Any) -> tuple[R, list[RduSimWarning]]:
+    """``function(*args)`` in a worker process, and the rdu-sim warnings it raised (each
+    shown once in this process, by its filters), to be said in the parent (``say``: shown
+    here they would print as Python's raw lines); any other warning is shown here, as
+    before. Its filters are left alone: changing them (``catch_warnings``) would clear what
+    this process has shown, and show it again."""
+    import warnings
+
+    ours: list[RduSimWarning] = []
+    shown = warnings.showwarning
+
+    def keep(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        if isinstance(message, RduSimWarning):
+            ours.append(message)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = keep
+    try:
+        result = function(*args)
+    finally:
+        warnings.showwarning = shown
+    return result, ours
+
+
+def say(found: Sequence[RduSimWarning]) -> None:
+    """Warnings ``kept`` sent back from a worker, raised here (``warn``): filtered and
+    shown once each by this process's filters, as its own are (two workers' same warning
+    once)."""
+    for warning in found:
+        warn(warning)

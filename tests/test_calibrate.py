@@ -182,6 +182,7 @@ def test_a_held_out_group_never_reaches_the_fit(tmp_path: Path) -> None:
     assert result.total("held out") is not None
 
 
+@pytest.mark.filterwarnings("ignore::rdu_sim.validate.fit_result.UnconvergedFitWarning")
 def test_workers_give_the_same_fit(tmp_path: Path) -> None:
     problem = _problem([_measured(tmp_path, TRUTH)], ["stack.host.serial_per_step=0:1ms"])
     serial = Calibration(problem).fit(4)
@@ -269,6 +270,7 @@ def test_calibrate_errors(tmp_path: Path) -> None:
         (["--fit", "hw.x=1"], "expected [SCOPE:]hw.FIELD"),
         (["--fit", fit, "--holdout", "0.25"], "chosen by group"),
         (["--fit", fit, "--holdout", "batch=1"], "never by row or batch"),
+        (["--fit", fit, "--holdout", "tp=1,modle=x"], "modle: unknown key 'modle'; did you mean"),
         (["--fit", fit, "--holdout", "model=llama-3.1-8b"], "no measured row or figure"),
         (["--fit", fit, "--hardware", "dgx-h100"], "no measured row runs on it"),
         (["--fit", "tensorrt-llm:" + fit], "no fitted row runs on tensorrt-llm"),
@@ -338,3 +340,44 @@ def test_groups_no_target_joins_are_fitted_apart(tmp_path: Path) -> None:
     assert both.values == pytest.approx(shipped, rel=0.02)
     joined = _problem([studio, stack], [*fits, "sn40l:hw.system.intra_node_link.latency=0.5us:2us"])
     assert [group for group, _ in joined.blocks()] == [(0, 1, 2)]
+
+
+def test_a_fit_that_stops_at_its_budget_says_it_did_not_converge(tmp_path: Path) -> None:
+    """One fit step is the start (the middle of the bounds): nothing was fitted, so the
+    command warns once per group, naming the budget and the flag that raises it; the JSON
+    and the overlay's header say ``converged: false``, the printed value is not "fitted".
+    The same fit with steps enough converges and says so."""
+    path = _measured(tmp_path, TRUTH)
+    fit = f"{DEFAULT}:stack.host.serial_per_step=0:1ms"
+    args = ["calibrate", str(path), "--fit", fit, "--max-evaluations", "1"]
+    result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "short")])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [
+        f"warning: the fit of {DEFAULT}:stack.host.serial_per_step stopped at its budget of 1 "
+        "fit step before converging: its values are where it stopped, not fitted ones; raise "
+        "--max-evaluations (a spec's max_evaluations)"
+    ]
+    assert f"not converged: {DEFAULT}:stack.host.serial_per_step = 500 us" in result.stdout
+    assert "\nfitted " not in result.stdout
+    fit_json = json.loads((tmp_path / "short" / "fit.json").read_text())
+    assert fit_json["converged"] is False
+    assert fit_json["groups"] == [
+        {
+            "parameters": [f"{DEFAULT}:stack.host.serial_per_step"],
+            "converged": False,
+            "stop": "stopped at its budget of fit steps before converging",
+            "status": 0,
+            "fit_steps": 1,
+            "max_fit_steps": 1,
+        }
+    ]
+    header = (tmp_path / "short" / f"{DEFAULT}-calibrated.yaml").read_text().splitlines()
+    assert header[1].startswith("# converged: false (stopped at its budget")
+    assert any(line.startswith("# Not converged: ") for line in header)
+    enough = CliRunner().invoke(cli, [*args[:-1], "30", "-o", str(tmp_path / "long"), "--json"])
+    assert enough.exit_code == 0 and "warning:" not in enough.stderr
+    long = json.loads(enough.stdout)
+    assert long["converged"] is True and long["groups"][0]["stop"].startswith("converged: ")
+    text = (tmp_path / "long" / f"{DEFAULT}-calibrated.yaml").read_text()
+    assert "# converged: true (converged: " in text and "# Fitted: " in text

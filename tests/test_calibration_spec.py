@@ -83,7 +83,17 @@ def _spec(tmp_path: Path, **fields: object) -> Path:
     [
         ({"fit": ["hw.x=1"]}, "fit.0: expected [SCOPE:]hw.FIELD"),
         ({"fit": []}, "fit"),
-        ({"held_out": [{"batch": 1}]}, "held_out.0.batch: held-out groups are chosen by"),
+        (
+            {"held_out": [{"batch": 1}]},
+            "held_out.0.batch: unknown key 'batch': held-out groups are chosen by one of set, "
+            "machine, hardware, stack, model, tp, metric, method, figure (never by row",
+        ),
+        (
+            {"held_out": [{"modle": "llama-3.1-8b"}]},
+            "spec.yaml:7: held_out.0.modle: unknown key 'modle'; did you mean 'model'? Held-out "
+            "groups are chosen by one of set, machine, hardware, stack, model, tp, metric, "
+            "method, figure",
+        ),
         ({"held_out": ["model"]}, "held_out.0"),
         ({"measurements": ["nope"]}, "measurements.0: 'nope': no measurement file"),
         ({"measurements": [], "figures": None}, "measurements: name a measurement file"),
@@ -111,6 +121,22 @@ def test_a_spec_states_what_the_command_line_would(tmp_path: Path, no_simulation
                    ["--figures"], ["--tolerance", "0.2"], ["--hardware", "sn40l-8"]):  # fmt: skip
         result = CliRunner().invoke(cli, ["calibrate", str(path), *option])
         assert result.exit_code == 2 and "the spec" in result.output, result.output
+        # what is refused and why, and how to ask for it: the spec's field, in this file
+        field = {"--fit": "fit", "--holdout": "held_out", "--figures": "figures"}.get(
+            option[0], "tolerance" if option[0] == "--tolerance" else "measurements"
+        )
+        assert (
+            f"error: {option[0]} is not taken with a calibration spec: the spec {path} fixes "
+            in result.output
+        )
+        assert f"in its `{field}` field" in result.output
+        assert f"edit its `{field}` in {path} (or a copy of it)" in result.output
+    # a shipped spec is copied out first: the command that does it, and where the copy is
+    result = CliRunner().invoke(cli, ["calibrate", "joint", "--holdout", "figure=x"])
+    assert result.exit_code == 2 and result.output.count("error:") == 1, result.output
+    assert "the spec joint fixes its held-out groups in its `held_out` field" in result.output
+    assert "`rdu-sim examples copy DIR` writes it to DIR/calibrations/joint.yaml" in result.output
+    assert "edit its `held_out`" in result.output
     result = CliRunner().invoke(cli, ["calibrate", str(path), "argonne-h100"])
     assert result.exit_code == 2 and "give it alone" in result.output
 

@@ -15,7 +15,9 @@ faster for tokens/s; a line above the table says so), labelled fitted, held out,
 by no fitted parameter, the errors of each per measurement set and per stack, and the fitted
 values with their units (an undetermined one is not written: its file's value stays). It
 writes into `-o DIR` one overlay per machine (a hardware file that extends it) and per stack,
-and `fit.json`; pass an overlay back with `--overlay FILE` (here or in `validate --suite
+and `fit.json`; a group of parameters that stopped at its budget of fit steps
+(`--max-evaluations`) before converging is warned of, printed `not converged:` and recorded
+`converged: false` in both; pass an overlay back with `--overlay FILE` (here or in `validate --suite
 deployment`). Every simulation is kept in
 an evaluation cache (`--cache`, default DIR/evaluations.jsonl) the moment it ends: Ctrl-C or
 SIGTERM stops the fit with one line saying how many are kept, and the same command resumes.
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from rdu_sim.validate.calibrate import Evaluation
     from rdu_sim.validate.calibration_problem import Inputs, Problem
     from rdu_sim.validate.deployment import ErrorSummary
-    from rdu_sim.validate.fit_result import FitResult
+    from rdu_sim.validate.fit_result import FitResult, GroupStop
 
 FIT_FILE = "fit.json"
 CACHE_FILE = "evaluations.jsonl"
@@ -212,6 +214,7 @@ def _overlay_files(
         fitted_rows = [r.target.key for r in fitted if r.target.key]
         header = [
             f"Calibrated by: {recorded}",
+            *(_converged_line(stop) for stop in result.stops_of(mine)),
             f"Fitted on {trained} of the {trained + held} targets its values reach ({sets})"
             + (f"; {held} held out" if held else ""),
             *(line.strip() for line in _summary_lines(result, mine) if not line.startswith("  ")),
@@ -251,9 +254,29 @@ def _writable(folder: Path) -> None:
         raise WriteError.from_os(folder, exc) from None
 
 
+def _converged_line(stop: GroupStop) -> str:
+    """An overlay's header line on how its values' fit stopped: ``converged: false`` for
+    one that ran out of fit steps (its values are where it stopped)."""
+    from rdu_sim.validate.fit_result import RAISE_BUDGET
+
+    line = (
+        f"converged: {str(stop.converged).lower()} ({stop.reason}; "
+        f"{human.count(stop.steps, 'fit step')} of at most {stop.budget})"
+    )
+    return line if stop.converged else f"{line}: not a fit; {RAISE_BUDGET} and run it again"
+
+
+def _status(result: FitResult, index: int) -> str:
+    """How a parameter's value is told: ``fitted``, ``not written`` (undetermined) or
+    ``not converged`` (its group stopped at its budget: where the optimizer stopped)."""
+    if result.is_left_out(index):
+        return "not written"
+    return "fitted" if all(s.converged for s in result.stops_of([index])) else "not converged"
+
+
 def _describe(result: FitResult, kind: str, target: str) -> list[str]:
     return [
-        ("Not written: " if result.is_left_out(i) else "Fitted: ") + result.described(i)
+        f"{_status(result, i).capitalize()}: {result.described(i)}"
         for i, one in enumerate(result.parameters)
         if one.parameter.kind == kind and one.target == target
     ]
@@ -317,12 +340,12 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
             ("--tolerance", tolerance is not None),
             ("--hardware", hardware is not None),
         ]
-        for option, used in given:
-            if used:
-                fail(f"{option}: the spec {args[0]} states it (edit a copy of the spec instead)")
         named = Path(args[0])
         found = named if named.is_file() else shipped.find(args[0], ("calibration",))
         path = found or shipped.locate(args[0], ("calibration",))  # its error: not found
+        for option, used in given:
+            if used:
+                fail(_spec_states(option, args[0], path, found is not named))
         spec = read_spec(path)
         inputs = spec_inputs(spec, overrides, overlays)
         return inputs, path, spec.file.max_evaluations, f"calibration-{path.stem}"
@@ -344,6 +367,38 @@ def _inputs(asked: Asked) -> tuple[Inputs, Path | None, int | None, str]:
         base=Path.cwd(),
     )
     return inputs, None, None, "calibration"
+
+
+SPEC_FIELDS = {
+    "--fit": ("fit", "parameters and bounds"),
+    "--holdout": ("held_out", "held-out groups"),
+    "--figures": ("figures", "published figures"),
+    "--tolerance": ("tolerance", "tolerance"),
+    "--hardware": ("measurements", "measured rows, every row of its files"),
+}
+"""What each option that decides the fit is in a spec: its field and what it holds."""
+
+
+def _spec_states(option: str, given: str, path: Path, shipped_spec: bool) -> str:
+    """Why ``option`` is refused beside a spec, and how to ask for it: the spec alone says
+    what was fitted (so its overlays' recorded command reruns the same fit)."""
+    field, what = SPEC_FIELDS[option]
+    refused = (
+        f"{option} is not taken with a calibration spec: the spec {given} fixes its {what} "
+        f"in its `{field}` field, so that the spec alone says what its fit fitted and held out"
+    )
+    if shipped_spec:
+        where = (
+            f"copy the shipped spec out (`rdu-sim examples copy DIR` writes it to "
+            f"DIR/calibrations/{path.name}), edit its `{field}`, and run `rdu-sim calibrate "
+            f"DIR/calibrations/{path.name}`"
+        )
+    else:
+        where = f"edit its `{field}` in {path} (or a copy of it)"
+    return (
+        f"{refused}. To change that, {where}; or name the measurement files on the command "
+        f"line with --fit{'' if option == '--fit' else ' and ' + option} instead of a spec"
+    )
 
 
 @dataclass(frozen=True)
@@ -555,7 +610,8 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     for line in _summary_lines(result):
         click.echo(line)
     for i in range(len(result.parameters)):
-        click.echo(("not written: " if result.is_left_out(i) else "fitted ") + result.described(i))
+        status = _status(result, i)
+        click.echo(f"{status}{':' if status != 'fitted' else ''} {result.described(i)}")
     for line in result.trade_off_lines():
         click.echo(line)
     for path in files:

@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -202,20 +203,28 @@ def fail(message: str, status: int = EXIT_INPUT_ERROR) -> NoReturn:
 _SHOW_WARNING = warnings.showwarning
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: Any = None,
-    line: str | None = None,
-) -> None:
-    """rdu-sim's own warnings (``RduSimWarning``s: a slow step) as one `warning:` line;
-    others as Python's."""
-    if issubclass(category, RduSimWarning):
-        print_warning(str(message))
-    else:
-        _SHOW_WARNING(message, category, filename, lineno, file, line)
+def _warning_printer() -> Callable[..., None]:
+    """A command's ``warnings.showwarning``: rdu-sim's own warnings (``RduSimWarning``s: a
+    slow step) as one `warning:` line each, once a command whichever line raised it (a
+    calibration's runs warn inside SciPy's search and after it; a worker's come back:
+    ``sim_warnings.say``); others as Python's."""
+    said: set[str] = set()
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, RduSimWarning):
+            _SHOW_WARNING(message, category, filename, lineno, file, line)
+        elif str(message) not in said:
+            said.add(str(message))
+            print_warning(str(message))
+
+    return show
 
 
 def print_usage_error(exc: click.UsageError) -> None:
@@ -267,7 +276,7 @@ class RduGroup(click.Group):
         STDERR.reset()  # this command's diagnostics (a test runs many in one process)
         try:
             with warnings.catch_warnings(), kept_on_stop(lambda: self.kept_at_stop(ctx)):
-                warnings.showwarning = _show_warning
+                warnings.showwarning = _warning_printer()
                 try:
                     result = super().invoke(ctx)
                 except KeyboardInterrupt as stop:  # raised by code (a plugin), not a signal:

@@ -173,8 +173,9 @@ def _measured(value: float, unit: str) -> str:
 @click.option(
     "--quick",
     is_flag=True,
-    help="Same runs with fewer requests (3 per batch slot), a fraction of the full suite's "
-    "time (figures only).",
+    help="Same runs with fewer requests (3 per batch slot in the deployment runs), the code "
+    "path calibrate's figures use; hardly quicker: most of the time is simulating each step "
+    "shape once (figures only).",
 )
 @overrides_option
 @overlays_option

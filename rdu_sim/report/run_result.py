@@ -26,7 +26,7 @@ from rdu_sim.report.summary import (
     summarize,
 )
 from rdu_sim.serving.run import ServingRun
-from rdu_sim.sim_warnings import warn
+from rdu_sim.sim_warnings import RduSimWarning, warn
 
 __all__ = ["RunResult"]
 
@@ -50,12 +50,18 @@ class RunResult(ServingRun):
         one (its dicts, its lists) changes nothing of a later ``to_dict()`` or ``summary()``."""
         return copy.deepcopy(self._summary)
 
+    def warnings(self) -> list[RduSimWarning]:
+        """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``),
+        each of its class and naming the workload file."""
+        return [
+            type(found)(f"{self.scenario.workload_file}: {found}")
+            for found in run_warnings(self, self._summary.speculation)
+        ]
+
     def warn(self) -> None:
-        """The run's warnings (its report's ``warnings``: ``report.summary.run_warnings``)
-        as Python warnings of their classes, each naming the workload file, attributed to
-        the first line outside rdu-sim (``sim_warnings.warn``: ``api.run``'s caller)."""
-        for found in run_warnings(self, self._summary.speculation):
-            message = type(found)(f"{self.scenario.workload_file}: {found}")
+        """The run's ``warnings`` as Python warnings, attributed to the first line outside
+        rdu-sim (``sim_warnings.warn``: ``api.run``'s caller)."""
+        for message in self.warnings():
             warn(message)
 
     def to_dict(self) -> dict[str, Any]:

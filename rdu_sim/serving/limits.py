@@ -214,18 +214,29 @@ class UnchunkedPromptWarning(RduSimWarning):
     """A prompt longer than the stack's token budget a step runs whole (no chunking set)."""
 
 
-def unchunked_words(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> str | None:
-    """What a run of prompts past the stack's ``prefill_batch_tokens`` (TensorRT-LLM's
-    ``max_num_tokens``) with no ``serving.prefill_chunk_tokens`` is told: each runs as one
-    prefill step past the budget, where a runtime enforcing it would chunk them; None when
-    no prompt is."""
+def unchunked_prompts(
+    scenario: Scenario, prompt_tokens: NDArray[np.int64]
+) -> tuple[int, int] | None:
+    """(the longest prompt, the stack's ``prefill_batch_tokens``) when a run's prompts pass
+    that budget (TensorRT-LLM's ``max_num_tokens``) with no ``serving.prefill_chunk_tokens``
+    set, so each runs as one prefill step past it; None when no prompt does."""
     budget = scenario.stack.prefill_batch_tokens
     serving = scenario.workload.serving
     if budget is None or serving.prefill_chunk_tokens is not None or not len(prompt_tokens):
         return None
     longest = min(int(np.max(prompt_tokens)), serving.max_context)
-    if longest <= budget:
+    return None if longest <= budget else (longest, budget)
+
+
+def unchunked_words(scenario: Scenario, prompt_tokens: NDArray[np.int64]) -> str | None:
+    """What a run of prompts past the stack's ``prefill_batch_tokens`` with no
+    ``serving.prefill_chunk_tokens`` is told (``unchunked_prompts``): each runs as one
+    prefill step past the budget, where a runtime enforcing it would chunk them; None when
+    no prompt is."""
+    found = unchunked_prompts(scenario, prompt_tokens)
+    if found is None:
         return None
+    longest, budget = found
     return (
         f"prompts of up to {longest:,} tokens exceed the stack {scenario.stack.name}'s "
         f"prefill_batch_tokens ({budget:,}) and each runs as one prefill step; a runtime "

@@ -24,6 +24,11 @@ out of that last simulation and of the overlay, so its file's own value stands (
 held at a bound is kept: the targets push it there). How well the targets determine
 each value, and which values trade off, is read from the Jacobian at the solution
 (``rdu_sim.validate.identification``).
+
+Each group's fit says how it stopped (``GroupStop``: scipy's status): one that ran out of its
+``max_evaluations`` fit steps before converging is warned of (``UnconvergedFitWarning``) and
+recorded ``converged: false`` in the JSON and the overlays' headers: its values are where the
+optimizer stopped, not a fit.
 """
 
 from __future__ import annotations
@@ -35,13 +40,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rdu_sim.sim_warnings import warn
 from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.evaluator import Evaluator
 from rdu_sim.validate.fit_result import (
     SLOPE_STEP,
     FitResult,
+    GroupStop,
     TargetResult,
+    UnconvergedFitWarning,
     at_bound,
     at_its_bound,
 )
@@ -128,6 +136,7 @@ class Calibration:
         units = np.full(n, 0.5)
         rows: list[np.ndarray] = []  # the Jacobian's rows, group by group (zero elsewhere)
         steps = 0
+        stops: list[GroupStop] = []
         try:
             for group, targets in self.problem.blocks():
                 columns = list(group)
@@ -152,6 +161,12 @@ class Calibration:
                 )
                 units[columns] = solution.x
                 steps += int(solution.nfev)  # its slopes' evaluations are counted apart
+                stop = GroupStop(
+                    tuple(columns), int(solution.status), int(solution.nfev), max_evaluations
+                )
+                stops.append(stop)
+                if not stop.converged:
+                    warn(UnconvergedFitWarning(stop.warning(self.problem.parameters)))
                 block = np.zeros((len(targets), n))
                 block[:, columns] = solution.jac
                 rows.append(block)
@@ -197,4 +212,5 @@ class Calibration:
             identification,
             steps,
             left_out,
+            tuple(stops),
         )

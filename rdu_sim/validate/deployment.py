@@ -23,8 +23,10 @@ from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import LineMap
 
 if TYPE_CHECKING:
+    from rdu_sim.report.run_result import RunResult
     from rdu_sim.report.summary import RunSummary
     from rdu_sim.scenario import Scenario
+    from rdu_sim.serving.limits import UnchunkedPromptWarning
 
 MIN_CONTEXT = 4096
 """The least ``serving.max_context`` a fixed-batch point's workload gets (its decode buckets
@@ -261,19 +263,44 @@ def simulate_run(point: MeasuredPoint, overrides: Sequence[str] = ()) -> Simulat
     """Run ``point``'s workload (``overrides`` on top, ``hw.`` ones on its hardware file) and
     read its metric; a ConfigError naming the row when the run gives no finite, positive
     value (no request completed)."""
-    from rdu_sim import api
+    from rdu_sim.report.run_result import RunResult
+    from rdu_sim.serving.backend import EngineBackend
+    from rdu_sim.serving.limits import UnchunkedPromptWarning
+    from rdu_sim.serving.run import serve_scenario
+    from rdu_sim.sim_warnings import warn
 
     scenario = point.scenario(overrides)
-    try:
-        result = api.run(scenario)
+    try:  # api.run, with the run's warnings told for a measured row
+        result = RunResult.of(serve_scenario(scenario, EngineBackend()))
     except ConfigError as exc:  # a run the row asks for that cannot be done (too much work)
         raise point.row_error(exc) from None
+    for found in result.warnings():
+        warn(_as_measured(found, result) if isinstance(found, UnchunkedPromptWarning) else found)
     value = METRICS[point.metric].read(result.summary())
     if value is None or not np.isfinite(value) or value <= 0:
         raise ConfigError.single(
             point.source, "metric", f"the run gives no {point.metric} (got {value!r})"
         )
     return Simulated(float(value), int(result.batch_slots))
+
+
+def _as_measured(warning: UnchunkedPromptWarning, run: RunResult) -> UnchunkedPromptWarning:
+    """A measured row's prompts past its stack's token budget, told for the measurement:
+    what the model assumes for its rows (each prompt one prefill step), not advice to edit
+    a workload the rows do not have (a measurement file has no column for chunking)."""
+    from rdu_sim.serving.limits import UnchunkedPromptWarning, unchunked_prompts
+
+    found = unchunked_prompts(run.scenario, run.requests_in.prompt_tokens)
+    if found is None:  # (not so: the run found them)
+        return warning
+    longest, budget = found
+    return UnchunkedPromptWarning(
+        f"{run.scenario.workload_file}: its rows' prompts of up to {longest:,} tokens pass "
+        f"the stack {run.scenario.stack.name}'s prefill_batch_tokens ({budget:,}); the "
+        "measurement does not say its runtime cut them into chunks, so each is simulated as "
+        f"one prefill step (--set serving.prefill_chunk_tokens={budget} simulates them "
+        "chunked)"
+    )
 
 
 def simulate(point: MeasuredPoint, overrides: Sequence[str] = ()) -> float:

@@ -7,7 +7,8 @@ so a signal (``rdu_sim.interrupts.Interrupted``, raised in this process between 
 inside one's simulation or out of the wait for a worker) leaves every finished unit in the
 cache and none half-written. The workers start with Ctrl-C ignored (the terminal sends it to
 the whole process group: the parent decides, and terminates them when it stops; a unit a
-worker was simulating is lost, never half-kept).
+worker was simulating is lost, never half-kept). A unit's rdu-sim warnings come back with its
+result and are said here (``sim_warnings.kept``), so a worker's print as this process's do.
 """
 
 from __future__ import annotations
@@ -22,26 +23,38 @@ from typing import Any
 
 from rdu_sim import interrupts
 from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.sim_warnings import RduSimWarning, kept, say
 from rdu_sim.validate.calibration_problem import Problem
 from rdu_sim.validate.evaluation_cache import EvaluationCache
 from rdu_sim.validate.targets import Evaluated, Unit
 
+Outcome = tuple[int, Evaluated | list[ConfigIssue], list[RduSimWarning]]
+"""A unit's index, its result or the issues that stopped it, and the warnings it raised."""
 
-def _run(task: tuple[int, Unit, list[list[str]]]) -> tuple[int, Evaluated | list[ConfigIssue]]:
+
+def _run(task: tuple[int, Unit, list[list[str]]]) -> Outcome:
     """A unit's simulation in a worker process: its result, or the issues of the input
-    error that stopped it (a ConfigError does not cross processes whole)."""
+    error that stopped it (a ConfigError does not cross processes whole), and the rdu-sim
+    warnings it raised, which the parent says (``sim_warnings.kept``: printed raw in the
+    worker otherwise)."""
+    index, unit, overrides = task
+    result, found = kept(_simulated, unit, overrides)
+    return index, result, found
+
+
+def _simulated(unit: Unit, overrides: list[list[str]]) -> Evaluated | list[ConfigIssue]:
+    """A unit's result, or the issues of the input error that stopped it."""
     from rdu_sim.compiler import CapacityError
     from rdu_sim.engine import EventBudgetError
     from rdu_sim.engine.shared_steps import sharing
 
-    index, unit, overrides = task
     try:
         with sharing():  # units at the same values meet each other's steps (a sweep's rule)
-            return index, unit.run(overrides)
+            return unit.run(overrides)
     except ConfigError as exc:
-        return index, list(exc.issues)
+        return list(exc.issues)
     except (CapacityError, EventBudgetError) as exc:
-        return index, [ConfigIssue(unit.name, "", str(exc))]
+        return [ConfigIssue(unit.name, "", str(exc))]
 
 
 def _quiet_worker(owner: tuple[int, str]) -> None:
@@ -108,8 +121,8 @@ class Evaluator:
         """Each unit's result as it ends (an input error stops everything)."""
         tasks = [(index, self.problem.units[index], overrides) for index, _, overrides in todo]
         if self.workers <= 1 or len(tasks) <= 1:
-            for task in tasks:
-                yield _checked(_run(task))
+            for index, unit, overrides in tasks:  # its warnings raised here, as they come
+                yield _checked((index, _simulated(unit, overrides), []))
             return
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
@@ -132,8 +145,10 @@ class Evaluator:
         self.cache.close()
 
 
-def _checked(outcome: tuple[int, Evaluated | list[ConfigIssue]]) -> tuple[int, Evaluated]:
-    index, result = outcome
+def _checked(outcome: Outcome) -> tuple[int, Evaluated]:
+    """A unit's result, its warnings said here (once each, as this process's own are)."""
+    index, result, found = outcome
+    say(found)
     if isinstance(result, list):
         raise ConfigError(result)
     return index, result

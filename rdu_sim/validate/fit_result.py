@@ -9,6 +9,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from rdu_sim import human
+from rdu_sim.sim_warnings import RduSimWarning
 from rdu_sim.validate.deployment import ErrorSummary, summarize_errors
 from rdu_sim.validate.identification import Identification
 from rdu_sim.validate.scope import FitParameter, Scoped, quantity_text
@@ -25,6 +27,69 @@ ERROR_SIGN = (
 )
 """What a signed error means, said under every table of them (calibrate's, and validate's of
 measured deployments): the one wording."""
+
+
+STOPS = {
+    -1: "scipy refused its input",
+    0: "stopped at its budget of fit steps before converging",
+    1: "converged: the gradient vanished (gtol)",
+    2: "converged: the cost stopped falling (ftol)",
+    3: "converged: the step became negligible (xtol)",
+    4: "converged: the cost stopped falling and the step became negligible (ftol, xtol)",
+}
+"""Why scipy's ``least_squares`` stopped, by its ``status``: above 0 it converged."""
+
+RAISE_BUDGET = "raise --max-evaluations (a spec's max_evaluations)"
+"""How to give a group that stopped at its budget more fit steps."""
+
+
+class UnconvergedFitWarning(RduSimWarning):
+    """A group of parameters whose fit stopped before converging (at its budget of fit
+    steps): its values are where the optimizer stopped, not a fit."""
+
+
+@dataclass(frozen=True)
+class GroupStop:
+    """How the fit of one group of parameters (``Problem.blocks``) stopped."""
+
+    parameters: tuple[int, ...]  # the group's parameters (indices)
+    status: int  # scipy least_squares' status (``STOPS``)
+    steps: int  # its fit steps (scipy's nfev)
+    budget: int  # the most fit steps it was allowed (max_nfev)
+
+    @property
+    def converged(self) -> bool:
+        """Whether scipy stopped because a tolerance was met, not at the budget."""
+        return self.status > 0
+
+    @property
+    def reason(self) -> str:
+        """Why it stopped, in words."""
+        return STOPS.get(self.status, f"scipy status {self.status}")
+
+    def warning(self, parameters: tuple[Scoped, ...]) -> str:
+        """The one line said of a group that did not converge."""
+        names = [parameters[k].name for k in self.parameters]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        if self.status == 0:
+            why = (
+                f"stopped at its budget of {human.count(self.budget, 'fit step')} before "
+                f"converging: its values are where it stopped, not fitted ones; {RAISE_BUDGET}"
+            )
+        else:
+            why = f"did not converge ({self.reason})"
+        return f"the fit of {shown} {why}"
+
+    def to_dict(self, parameters: tuple[Scoped, ...]) -> dict[str, Any]:
+        """JSON-safe."""
+        return {
+            "parameters": [parameters[k].name for k in self.parameters],
+            "converged": self.converged,
+            "stop": self.reason,
+            "status": self.status,
+            "fit_steps": self.steps,
+            "max_fit_steps": self.budget,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,6 +166,16 @@ class FitResult:
     identification: Identification | None = None  # how well the targets fix each value
     steps: int = 0  # the fit's steps (scipy's nfev), every group's: evaluations less slopes
     left_out: tuple[bool, ...] = ()  # each value undetermined: not applied, not written
+    stops: tuple[GroupStop, ...] = ()  # how each group's fit stopped
+
+    @property
+    def converged(self) -> bool:
+        """Whether every group's fit converged (none stopped at its budget)."""
+        return all(stop.converged for stop in self.stops)
+
+    def stops_of(self, indices: Collection[int]) -> list[GroupStop]:
+        """The groups holding any of parameters ``indices``."""
+        return [s for s in self.stops if set(s.parameters) & set(indices)]
 
     def is_left_out(self, index: int) -> bool:
         """Whether parameter ``index`` was undetermined, so left out of the overlay and of
@@ -208,6 +283,8 @@ class FitResult:
             "error_sign": ERROR_SIGN,
             "evaluations": self.evaluations,
             "fit_steps": self.steps,
+            "converged": self.converged,
+            "groups": [stop.to_dict(self.parameters) for stop in self.stops],
         }
 
 

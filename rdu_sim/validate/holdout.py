@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.loader import close_name
 from rdu_sim.validate.given import Given
 from rdu_sim.validate.targets import GROUP_KEYS, Target
 
@@ -41,10 +42,7 @@ def _pairs(items: Sequence[tuple[str, Any]], given: Given) -> Selector:
     pairs = []
     for key, value in items:
         if key not in GROUP_KEYS:
-            raise given.error_at(
-                str(key)[:40],
-                f"held-out groups are chosen by {', '.join(GROUP_KEYS)} (never by row or batch)",
-            )
+            raise given.error_at(str(key)[:40], _unknown_key(str(key)))
         text = (
             str(value).strip()
             if isinstance(value, str | int) and not isinstance(value, bool)
@@ -56,6 +54,23 @@ def _pairs(items: Sequence[tuple[str, Any]], given: Given) -> Selector:
     if not pairs or len({k for k, _ in pairs}) != len(pairs):
         raise given.error("a group names each key once, and at least one")
     return Selector(tuple(pairs), given)
+
+
+def _unknown_key(key: str) -> str:
+    """What a key that chooses no group is told: the valid keys, the one it is close to
+    (a misspelling), else why a row or a batch cannot be one."""
+    keys = ", ".join(GROUP_KEYS)
+    close = close_name(key, GROUP_KEYS)
+    if close is not None:
+        return (
+            f"unknown key {key[:40]!r}; did you mean {close!r}? Held-out groups are chosen "
+            f"by one of {keys}"
+        )
+    return (
+        f"unknown key {key[:40]!r}: held-out groups are chosen by one of {keys} (never by "
+        "row or batch: one held out between trained neighbours of its shape tests "
+        "interpolation, not the model)"
+    )
 
 
 def parse_selector(text: str, source: str = "--holdout") -> Selector:

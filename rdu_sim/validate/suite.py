@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rdu_sim import api, api_cluster
 from rdu_sim.cluster.scenario import build_cluster
@@ -55,6 +55,7 @@ from rdu_sim.interrupts import (
 )
 from rdu_sim.kv.policies import unread_overrides
 from rdu_sim.serving.steady import NoSteadyWindow, find_steady_state
+from rdu_sim.sim_warnings import RduSimWarning, kept, say
 from rdu_sim.validate.decode_scaling import DecodeScaling, measure_decode_scaling
 from rdu_sim.validate.figures import FIGURES, Figure, Measurements, Row, evaluate
 from rdu_sim.validate.measure import (
@@ -354,6 +355,16 @@ def suite_overrides(overrides: Iterable[str] | Mapping[str, Any], name: str) -> 
     return given(texts, API)
 
 
+R = TypeVar("R")
+
+
+def _said(outcome: tuple[R, list[RduSimWarning]]) -> R:
+    """A worker's result, its warnings said here (``sim_warnings.kept``)."""
+    result, found = outcome
+    say(found)
+    return result
+
+
 def run_suite(
     *,
     quick: bool = False,
@@ -386,18 +397,19 @@ def run_suite(
         ) as pool:
             try:
                 with blocked():  # the workers start with the signals blocked
+                    # each sends its warnings back, said here as this process's (kept)
                     futures = [
-                        pool.submit(run_stoppable, measure_run, path, run_ovr, prompt)
+                        pool.submit(run_stoppable, kept, measure_run, path, run_ovr, prompt)
                         for path, run_ovr in plans
                     ]
                     small_future = pool.submit(
-                        run_stoppable, measure_small, full, read_by(full, ovr)
+                        run_stoppable, kept, measure_small, full, read_by(full, ovr)
                     )
                     scaling_future = pool.submit(
-                        run_stoppable, measure_decode_scaling, hardware_ovr
+                        run_stoppable, kept, measure_decode_scaling, hardware_ovr
                     )
-                ss, fu = (f.result() for f in futures)
-                small, scaling = small_future.result(), scaling_future.result()
+                ss, fu = (_said(f.result()) for f in futures)
+                small, scaling = _said(small_future.result()), _said(scaling_future.result())
             except Interrupted:
                 stop_children()
                 pool.shutdown(cancel_futures=True)
