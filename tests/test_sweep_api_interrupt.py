@@ -46,9 +46,13 @@ def test_ctrl_c_in_the_api_keeps_the_finished_points_and_says_how_many(
         while time.monotonic() < deadline:  # once some points are stored
             time.sleep(0.1)
             if db.is_file():
-                with sqlite3.connect(db) as conn:
-                    if conn.execute("SELECT count(*) FROM results").fetchone()[0] >= 2:
-                        break
+                try:
+                    with sqlite3.connect(db) as conn:
+                        stored = conn.execute("SELECT count(*) FROM results").fetchone()[0]
+                except sqlite3.OperationalError:  # the file exists before its table does
+                    continue
+                if stored >= 2:
+                    break
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=ctrl_c, daemon=True).start()
