@@ -62,7 +62,9 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     ``collective_chunks`` pieces, over the group's wiring (the pieces leave as the tiles that
     feed them finish; the estimate takes them all at once, the bandwidth-bound case)."""
     if spec.exchange is not None:
-        est = all_to_all_estimate(spec.exchange, spec.bytes, spec.group, wiring_of(system))
+        est = all_to_all_estimate(
+            spec.exchange, spec.bytes, spec.group, wiring_of(system), system.collective_chunks
+        )
         return CollectivePlan(spec.kind, spec.group, spec.bytes, est.algorithm, est, (est,))
     kind = HW_KINDS.get(spec.kind)
     if kind is None:
@@ -210,19 +212,22 @@ class CollectiveTiming:
     group: int  # sockets taking part
     policy: str  # the hardware's collective_algorithm
     algorithm: str  # what ran
-    # per call, all pieces: the collective's tensor (NCCL's N); for an all-to-all the
-    # device's own tokens, one copy each, not what it sends (``sent_bytes``)
+    # per call, all pieces, per socket (not per link): the collective's tensor on each
+    # socket (NCCL's N: the all-reduce vector, the all-gather output, the reduce-scatter
+    # input); for an all-to-all the socket's own tokens, one copy each, not what it sends
+    # (``sent_bytes``)
     bytes: float
     pieces: int  # collective_chunks
     calls_per_step: int  # the kernel's calls (layers)
     hops: int  # link hops in sequence
-    # per call, on the link direction or port that carries the most bytes: not necessarily
-    # the one that takes longest (a slower class's port may carry fewer bytes and bind)
+    # per call, through the binding link direction or port: the one whose bytes take the
+    # longest at its bandwidth (a slower class's port may carry fewer bytes and bind)
     bytes_per_link: float
-    latency_s: float  # hops x per-hop latency
-    # the estimate less latency_s (all pieces at once, idle links): the ports' serialisation
-    # on the estimate's critical path, waits for a port behind another's included; not
-    # bytes_per_link over one bandwidth
+    # the estimate (all pieces at once, idle links) split so the terms add up:
+    # bandwidth_s = bytes_per_link over that direction's bandwidth, latency_s the rest (the
+    # hops' latencies, the pipeline's fill, waits for a port behind another, less what the
+    # pieces overlap: not hops x per-hop latency)
+    latency_s: float
     bandwidth_s: float
     candidates: Mapping[str, float]  # algorithm -> estimated seconds per call
     simulated_calls: int  # calls simulated (the rest were fast-forwarded)
