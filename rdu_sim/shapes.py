@@ -52,12 +52,15 @@ class AllToAllSpec:
     block, probability), one entry per divisor of the group. How it sends (``mode``:
     ``direct``, every expert's copy straight to its device; ``hierarchical``, once per node
     over the network, then on inside it) and which way (``dispatch`` out to the experts,
-    ``combine`` back)."""
+    ``combine`` back). ``choose``: ``mode`` is only the convention (``all_to_all: auto``), and
+    the engine runs whichever form its idle-link estimate says is faster for the call, ties
+    to ``mode`` (``engine.collective_port.plan_collective``)."""
 
     mode: Literal["direct", "hierarchical"]
     direction: Literal["dispatch", "combine"]
     copies: float
     needs: tuple[tuple[int, float], ...]
+    choose: bool = False
 
     def need(self, devices: int) -> float:
         """The probability a token needs a block of ``devices`` consecutive devices."""

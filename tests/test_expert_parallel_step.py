@@ -91,7 +91,10 @@ def test_an_all_to_alls_sent_bytes_are_the_steps_p2p_bytes() -> None:
     assert [c["kind"] for c in collectives] == ["alltoall", "alltoall"]
     for c in collectives:
         assert c["sent_bytes_per_step"] == c["sent_bytes"] * c["calls_per_step"]
-        assert c["sent_bytes"] > 7 * c["bytes"]  # 8 experts a token, on 16 sockets
+        # 8 experts a token on 16 sockets of one node: auto sends the throughput form, a
+        # token once to each socket it needs (15 x 0.334), not once per expert (7.5)
+        assert c["algorithm"] == "hierarchical"
+        assert c["sent_bytes"] == pytest.approx(5.0 * c["bytes"], rel=0.01)
     sent = sum(c["sent_bytes_per_step"] for c in collectives)
     assert sent == pytest.approx(data["bytes_by_tier"]["p2p"], rel=1e-12)
     plain = api.step("workloads/llama3.1-8b-8socket.yaml").detail.to_dict()["collectives"]
@@ -376,3 +379,64 @@ def test_a_micro_batch_keeps_its_share_of_the_joint_tokens() -> None:
     symmetric = StepShape("decode", 16, 1, 2048, joint_tokens=16 * 8)
     assert [part.joint_tokens for part in micro_batch_shapes(symmetric)] == [64, 64]
     assert micro_batch_shapes(StepShape("decode", 16, 1, 2048))[0].joint_tokens == 0
+
+
+EP64_RACKS = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
+
+
+@pytest.mark.parametrize(
+    ("phase", "network", "faster", "convention"),
+    [
+        ("decode", "2 GB/s", "throughput", "direct"),
+        ("prefill", "25 GB/s", "low_latency", "hierarchical"),
+    ],
+)
+def test_auto_runs_the_form_its_estimate_says_is_faster(
+    phase: str, network: str, faster: str, convention: str
+) -> None:
+    """On SN40L ``all_to_all: auto`` runs, per call, the form whose idle-link estimate is
+    smaller, where DeepEP's convention (low latency in decode, throughput in prefill) is the
+    slower one here: in decode at 2 GB/s between racks the throughput form crosses the
+    network once per rack (340.8 ms a step by the convention, 127.7 ms); in prefill at
+    25 GB/s the forwarding hop costs the P2P port the network traffic also crosses
+    (953.9 ms, 845.9 ms). The report names the rule and both estimates."""
+    steps = {
+        mode: api.step(
+            EP64_RACKS,
+            {"parallelism.all_to_all": mode, "hw.system.inter_rack_link.bandwidth": network},
+            phase=phase,
+            batch=1 if phase == "prefill" else None,
+            tokens=256 if phase == "prefill" else None,
+        )
+        for mode in ("auto", "throughput", "low_latency")
+    }
+    slower = "low_latency" if faster == "throughput" else "throughput"
+    assert steps["auto"].step_s == steps[faster].step_s < steps[slower].step_s
+    calls = [c for c in steps["auto"].detail.to_dict()["collectives"] if c["kind"] == "alltoall"]
+    assert len(calls) == 2
+    for c in calls:
+        assert c["policy"] == "auto" and set(c["candidates"]) == {"direct", "hierarchical"}
+        assert c["algorithm"] != convention
+        assert c["estimate_s"] == min(c["candidates"].values())
+
+
+def test_auto_on_a_gpu_is_deepeps_convention() -> None:
+    """On GPUs ``auto`` is what SGLang's ``--deepep-mode auto`` runs (low latency in decode,
+    throughput in prefill), whatever the estimate says: the normal kernels' host wait for
+    their receive counts, which keeps them out of a decode CUDA graph, is not in it."""
+    for phase, mode in (("decode", "direct"), ("prefill", "hierarchical")):
+        data = api.step(
+            MOE_GPU,
+            {
+                **GPU_EP8,
+                "hardware": "dgx-h100-4nodes",
+                "parallelism": {"tp": 1, "dp_attention": 32, "ep": 32},
+            },
+            phase=phase,
+            batch=1 if phase == "prefill" else None,
+            tokens=256 if phase == "prefill" else None,
+        ).detail.to_dict()
+        calls = [c for c in data["collectives"] if c["kind"] == "alltoall"]
+        assert calls and all(
+            c["algorithm"] == mode and list(c["candidates"]) == [mode] for c in calls
+        )

@@ -108,7 +108,8 @@ def test_the_estimate_is_its_pieces_overlapping_as_simulated(via: bool, network:
         estimate(ALL_GATHER, "one_shot", n, 4, wiring, 4),
     )
     assert hier.time_s < sum(e.time_s for e in phases)
-    assert (hier.hops, hier.latency_s) == (4, pytest.approx(2 * 1e-6 + 2 * 3e-6))
+    assert hier.hops == 4 and hier.latency_s + hier.bandwidth_s == hier.time_s
+    assert 0 < hier.latency_s < hier.bandwidth_s  # a 50 MB message: bandwidth-bound
     if not via:  # the in-node ports bind it: the same at every network speed here
         assert hier.time_s == pytest.approx(0.756e-3, rel=1e-3)
 

@@ -147,10 +147,15 @@ def test_direct_estimates_are_the_idle_time_of_one_piece(
     wiring = Wiring("switched", 8, NODE, inter, network_through_node_port=True)
     est = estimate(kind, algorithm, 3.3e7, p, wiring)
     assert est.time_s == pytest.approx(idle(algorithm, kind, 3.3e7, p, inter), rel=1e-9)
-    # the busiest port is the node port: everything socket 0 sends
+    # the node port carries everything socket 0 sends, the network port what leaves the
+    # node; the binding one (its bytes at its bandwidth the longest) is the bandwidth term
     phases = 2 if algorithm == "two_shot" else 1
     shard = 3.3e7 if (algorithm, kind) == ("one_shot", ALL_REDUCE) else 3.3e7 / p
-    assert est.bytes_per_link == pytest.approx(phases * (p - 1) * shard)
+    ports = [(phases * (p - 1) * shard, NODE[0]), (phases * (p - 8) * shard, network)]
+    binding = max(ports, key=lambda port: port[0] / port[1])
+    assert est.bytes_per_link == pytest.approx(binding[0])
+    assert est.bandwidth_s == pytest.approx(binding[0] / binding[1])
+    assert est.latency_s + est.bandwidth_s == est.time_s
 
 
 @pytest.mark.parametrize("network", [12.5e9, 25e9, 33.53e9, 50e9, 400e9])

@@ -34,7 +34,9 @@ def test_only_the_expert_parallel_replica_feels_the_racks_network() -> None:
     tp16 = [r for r in swept if r["configuration"] == "4 x TP16"]
     ep = [r for r in swept if r["configuration"] != "4 x TP16"]
     assert tp16[0]["decode_tokens_per_s"] == tp16[1]["decode_tokens_per_s"]
-    assert ep[1]["decode_tokens_per_s"] > 2 * ep[0]["decode_tokens_per_s"]
+    # 1.86x at batch 8: at 1 GB/s auto sends the throughput form (2.2 copies of a token
+    # across racks, not 6), at 25 GB/s low latency
+    assert ep[1]["decode_tokens_per_s"] > 1.5 * ep[0]["decode_tokens_per_s"]
     assert ep[1]["prefill_tokens_per_s"] > ep[0]["prefill_tokens_per_s"]
 
 

@@ -58,6 +58,9 @@ class ExpertExchange:
     groups: int
     groups_per_token: int
     mode: str  # auto | throughput | low_latency (parallelism.all_to_all)
+    # auto resolved by the engine's estimate (SN40L: its compiler holds both forms), not by
+    # DeepEP's convention alone (GPUs: what SGLang's --deepep-mode auto runs, `spec`)
+    by_estimate: bool
     dispatch_bytes: float  # per token: hidden state at the dispatch dtype, routing metadata
     combine_bytes: float  # per token: hidden state at the activations' dtype
     load_model: ExpertLoadModel  # the experts' placement and the busiest device's load
@@ -89,9 +92,14 @@ class ExpertExchange:
         return 1 - (1 - size / self.devices) ** self.per_token
 
     def spec(self, phase: Phase, direction: str) -> AllToAllSpec:
-        """How a step of ``phase`` sends (``all_to_all`` auto: throughput for prefill, low
-        latency for decode) in ``direction``: the routing's figures for every block of
-        consecutive devices that divides the stage (``graph.moe.token_hit_probability``)."""
+        """How a step of ``phase`` sends in ``direction``: the routing's figures for every
+        block of consecutive devices that divides the stage
+        (``graph.moe.token_hit_probability``), and the form. ``all_to_all`` auto leaves the
+        form to the engine's estimate for the call (``AllToAllSpec.choose``), ties to DeepEP's
+        convention: throughput for prefill, low latency for decode. On GPUs ``auto`` is the
+        convention itself, as SGLang's ``--deepep-mode auto`` runs it: the normal kernels
+        wait on the host for their receive counts, which keeps them out of a decode step's
+        CUDA graph, a cost the estimate does not see (it would pick them in decode)."""
         hierarchical = self.mode == "throughput" or (self.mode == "auto" and phase == "prefill")
         needs = tuple(
             (size, self._need(size))
@@ -103,6 +111,7 @@ class ExpertExchange:
             "dispatch" if direction == "dispatch" else "combine",
             self.per_token / self.devices,
             needs,
+            choose=self.mode == "auto" and self.by_estimate,
         )
 
 
@@ -153,6 +162,7 @@ def expert_exchange(scenario: Scenario, all_experts: bool = False) -> ExpertExch
         groups=groups[0],
         groups_per_token=groups[1],
         mode=parallelism.all_to_all,
+        by_estimate=scenario.hardware.kind != "gpu",
         dispatch_bytes=arch.hidden_size * dispatch_value_bytes(dispatch) + routing,
         combine_bytes=arch.hidden_size * act,
         load_model=expert_load_model(

@@ -23,8 +23,8 @@ Groups are consecutive sockets: socket ``s`` belongs to group ``s // spec.group`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
 from rdu_sim.config.hardware import SystemConfig
@@ -32,10 +32,11 @@ from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.all_to_all import AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
-from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose
+from rdu_sim.hw.collective_choice import TIE_RTOL, CollectivePlan, Wiring, choose
 from rdu_sim.hw.collective_run import start_collective
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, Topology
 from rdu_sim.pickled import Reduced, by_fields
+from rdu_sim.shapes import AllToAllSpec
 
 HW_KINDS = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER}
 """A Program's collective kinds by their hw names."""
@@ -62,8 +63,7 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     ``collective_chunks`` pieces, over the group's wiring (the pieces leave as the tiles that
     feed them finish; the estimate takes them all at once, the bandwidth-bound case)."""
     if spec.exchange is not None:
-        est = all_to_all_estimate(spec.exchange, spec.bytes, spec.group, wiring_of(system))
-        return CollectivePlan(spec.kind, spec.group, spec.bytes, est.algorithm, est, (est,))
+        return plan_all_to_all(spec.exchange, spec.bytes, spec.group, system)
     kind = HW_KINDS.get(spec.kind)
     if kind is None:
         raise ValueError(
@@ -79,6 +79,40 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     )
 
 
+def plan_all_to_all(
+    exchange: AllToAllSpec, nbytes: float, group: int, system: SystemConfig
+) -> CollectivePlan:
+    """The form an expert all-to-all runs: the workload's (``parallelism.all_to_all``), or
+    under ``auto`` (``exchange.choose``) whichever form's estimate (its time alone on idle
+    links, in the engine's pieces: ``all_to_all.estimate``) is smaller, as a compiler holding
+    both kernels would pick per call; equal estimates keep DeepEP's convention
+    (``exchange.mode``). The plan's policy says which rule chose (``auto`` or the forced
+    form), its candidates every form's estimate."""
+    wiring, pieces = wiring_of(system), system.collective_chunks
+    modes: tuple[Literal["direct", "hierarchical"], ...] = (
+        ("direct", "hierarchical") if exchange.choose else (exchange.mode,)
+    )
+    ests = tuple(
+        all_to_all_estimate(replace(exchange, mode=m), nbytes, group, wiring, pieces) for m in modes
+    )
+    best = min(e.time_s for e in ests)
+    tied = [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
+    chosen = next((e for e in tied if e.algorithm == exchange.mode), tied[0])
+    policy = "auto" if exchange.choose else exchange.mode
+    return CollectivePlan("alltoall", group, nbytes, policy, chosen, ests)
+
+
+def run_exchange(spec: CollectiveSpec, plan: CollectivePlan) -> AllToAllSpec | None:
+    """The all-to-all ``spec`` runs under ``plan`` (its form the plan's), or None."""
+    exchange = spec.exchange
+    if exchange is None:
+        return None
+    mode: Literal["direct", "hierarchical"] = (
+        "hierarchical" if plan.algorithm == "hierarchical" else "direct"
+    )
+    return replace(exchange, mode=mode, choose=False)
+
+
 def group_of(socket: int, group: int) -> tuple[int, ...]:
     """The sockets of ``socket``'s collective group (consecutive ids)."""
     first = (socket // group) * group
@@ -90,6 +124,7 @@ class _Port:
 
     def __init__(self, topo: Topology, spec: CollectiveSpec, plan: CollectivePlan) -> None:
         self.topo, self.spec, self.plan = topo, spec, plan
+        self.exchange = run_exchange(spec, plan)  # an all-to-all's, in its chosen form
         # per layer call (socket 0's group): [first piece started, last piece done]
         self.spans: dict[int, list[float]] = {}
         self._sent: dict[tuple[int, float, int], float] = {}  # (position, bytes, pieces)
@@ -109,7 +144,7 @@ class _Port:
         return sent
 
     def _sent_alone(self, position: int, nbytes: float, chunks: int) -> float:
-        group, topo, exchange = self.spec.group, self.topo, self.spec.exchange
+        group, topo, exchange = self.spec.group, self.topo, self.exchange
         if exchange is not None:
             return all_to_all_sent(exchange, nbytes, group, topo.sockets_per_node)
         if group == 1 or nbytes == 0:
@@ -139,7 +174,7 @@ class _Port:
         self, nbytes: float, chunks: int, symmetric: bool, sockets: tuple[int, ...], layer: int
     ) -> Event:
         env = self.topo.env
-        exchange = self.spec.exchange
+        exchange = self.exchange
         if exchange is not None:
             done = all_to_all(self.topo, AllToAll(exchange, nbytes, chunks, symmetric, sockets))
         else:
@@ -210,19 +245,22 @@ class CollectiveTiming:
     group: int  # sockets taking part
     policy: str  # the hardware's collective_algorithm
     algorithm: str  # what ran
-    # per call, all pieces: the collective's tensor (NCCL's N); for an all-to-all the
-    # device's own tokens, one copy each, not what it sends (``sent_bytes``)
+    # per call, all pieces, per socket (not per link): the collective's tensor on each
+    # socket (NCCL's N: the all-reduce vector, the all-gather output, the reduce-scatter
+    # input); for an all-to-all the socket's own tokens, one copy each, not what it sends
+    # (``sent_bytes``)
     bytes: float
     pieces: int  # collective_chunks
     calls_per_step: int  # the kernel's calls (layers)
     hops: int  # link hops in sequence
-    # per call, on the link direction or port that carries the most bytes: not necessarily
-    # the one that takes longest (a slower class's port may carry fewer bytes and bind)
+    # per call, through the binding link direction or port: the one whose bytes take the
+    # longest at its bandwidth (a slower class's port may carry fewer bytes and bind)
     bytes_per_link: float
-    latency_s: float  # hops x per-hop latency
-    # the estimate less latency_s (all pieces at once, idle links): the ports' serialisation
-    # on the estimate's critical path, waits for a port behind another's included; not
-    # bytes_per_link over one bandwidth
+    # the estimate (all pieces at once, idle links) split so the terms add up:
+    # bandwidth_s = bytes_per_link over that direction's bandwidth, latency_s the rest (the
+    # hops' latencies, the pipeline's fill, waits for a port behind another, less what the
+    # pieces overlap: not hops x per-hop latency)
+    latency_s: float
     bandwidth_s: float
     candidates: Mapping[str, float]  # algorithm -> estimated seconds per call
     simulated_calls: int  # calls simulated (the rest were fast-forwarded)
@@ -280,6 +318,7 @@ def collective_timings(
             continue
         plan = plan_collective(spec, system)
         est = plan.chosen
+        exchange = run_exchange(spec, plan)
         seen = spans.get(stage.name, ())
         out.append(
             CollectiveTiming(
@@ -300,10 +339,8 @@ def collective_timings(
                 simulated_calls=len(seen),
                 simulated_mean_s=sum(seen) / len(seen) if seen else None,
                 sent_bytes=None
-                if spec.exchange is None
-                else all_to_all_sent(
-                    spec.exchange, spec.bytes, spec.group, system.sockets_per_node
-                ),
+                if exchange is None
+                else all_to_all_sent(exchange, spec.bytes, spec.group, system.sockets_per_node),
             )
         )
     return out

@@ -31,20 +31,20 @@ simulates socket 0's sends: by the relabelling symmetry every socket does the sa
 same instants, so socket 0 holds its rail peers' tokens (its peers' partial results) exactly
 when its own sends of that phase have arrived. Exact against all sockets (tests). A send to
 another node goes through the ports ``Topology.send`` gives it (through the in-node port first
-when the network is reached through it), and :func:`estimate` walks socket 0's sends through
-the same ports.
+when the network is reached through it), and :func:`estimate` simulates the same sends, in
+the same pieces, alone on idle links.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdu_sim.des.environment import Event
-from rdu_sim.hw.collective_choice import Estimate, Wiring, link_classes
+from rdu_sim.hw.collective_choice import Estimate, Wiring, idle_topology, split
 from rdu_sim.hw.collectives import Countdown, Topology
 from rdu_sim.hw.direct_collectives import send_order
-from rdu_sim.hw.p2p_link import series
 from rdu_sim.shapes import AllToAllSpec
 
 MODES = ("direct", "hierarchical")
@@ -167,80 +167,22 @@ def sent_bytes(spec: AllToAllSpec, nbytes: float, group: int, node_size: int) ->
     return sum(b for _, b in plan.first + plan.second)
 
 
-def estimate(spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring) -> Estimate:
-    """The all-to-all's time alone on idle links, all pieces at once (exact for one piece):
-    each port's bytes at its class's bandwidth; the hierarchical form's second hop after its
-    first (``hops`` 2, ``latency_s`` both hops' latencies)."""
+@functools.lru_cache(maxsize=4096)
+def estimate(
+    spec: AllToAllSpec, nbytes: float, group: int, wiring: Wiring, pieces: int = 1
+) -> Estimate:
+    """The all-to-all's time alone on idle links in ``pieces`` pieces, all queued at once: the
+    same transfers the engine's ports run (the symmetric shortcut, exact), simulated on an
+    idle copy of the wiring (``collective_choice.alone``'s rule), so the estimate counts the
+    copies the simulation sends and the overlap of one piece's second hop with the next
+    piece's first. ``hops`` 2 for the hierarchical form across nodes; the terms split by
+    ``collective_choice.split``. Memoized: every step of a shape asks again."""
     if group == 1 or nbytes == 0:
         return Estimate(spec.mode, 0, 0.0, 0.0, 0.0)
-    classes = link_classes(wiring, group)
-    call = AllToAll(spec, nbytes, 1, True, tuple(range(group)))
-    plan = _plan(call, 0, wiring.sockets_per_node)
-
-    def by_class(sends: tuple[tuple[int, float], ...]) -> list[tuple[float, float, float]]:
-        """(bytes, bandwidth, latency) through each class's port: socket 0's peers are
-        positions 1 .. group - 1, a class's peers consecutive (``link_classes``)."""
-        out = []
-        start = 1
-        for peers, bandwidth, latency in classes:
-            ends = range(start, start + peers)
-            out.append((sum(b for j, b in sends if j in ends), bandwidth, latency))
-            start += peers
-        return out
-
-    if wiring.network_through_node_port and group > wiring.sockets_per_node:
-        return _in_series(spec.mode, plan, group, wiring)
-    first = by_class(plan.first)
-    hop1 = max((b / bw + lat for b, bw, lat in first if b), default=0.0)
-    busiest = max((b for b, _, _ in first), default=0.0)
-    if not plan.second:
-        lat = max((lat for b, _, lat in first if b), default=0.0)
-        return Estimate(spec.mode, 1, busiest, lat, hop1 - lat)
-    second = by_class(plan.second)
-    # the second hop's sends queue behind the first hop's on their own port
-    total = 0.0
-    for (b1, bw, lat), (b2, _, _) in zip(first, second, strict=True):
-        if b2:
-            total = max(total, max(b1 / bw, hop1) + b2 / bw + lat)
-    total = max(total, hop1)
-    lat1 = max((lat for b, _, lat in first if b), default=0.0)
-    lat2 = max((lat for b, _, lat in second if b), default=0.0)
-    busiest = max(b1 + b2 for (b1, _, _), (b2, _, _) in zip(first, second, strict=True))
-    return Estimate(spec.mode, 2, busiest, lat1 + lat2, total - lat1 - lat2)
-
-
-def _in_series(mode: str, plan: _Plan, group: int, wiring: Wiring) -> Estimate:
-    """:func:`estimate` when a send to another node crosses the in-node port first
-    (``Wiring.network_through_node_port``): socket 0's sends walked in order through its
-    ports, one to another node through the in-node port and then its class's, in series
-    (``p2p_link.series``); the second hop from when the first has arrived. Exact for one
-    piece."""
-    local = min(group, wiring.sockets_per_node)
-    rack = min(group, wiring.sockets_per_rack or group)
-    links = (wiring.intra, wiring.inter, wiring.rack or wiring.inter)
-    free = [0.0, 0.0, 0.0]  # each port's FIFO tail: in-node, to the rack's nodes, to racks
-    carried = [0.0, 0.0, 0.0]
-
-    def hop(sends: tuple[tuple[int, float], ...], now: float) -> tuple[float, float]:
-        """(arrival of the last send, the largest latency paid) of ``sends`` sent at ``now``."""
-        done, latency = now, 0.0
-        for j, nbytes in sends:
-            cls = 0 if j < local else 1 if j < rack else 2
-            bandwidth, lat = links[cls]
-            if cls == 0:
-                start = free[0] if free[0] > now else now
-                end = free[0] = start + nbytes / bandwidth
-            else:
-                _, free[0], _, end = series(now, free[0], links[0][0], free[cls], bandwidth, nbytes)
-                free[cls] = end
-                carried[cls] += nbytes
-            carried[0] += nbytes
-            done = max(done, end + lat)
-            latency = max(latency, lat) if nbytes else latency
-        return done, latency
-
-    first, lat1 = hop(plan.first, 0.0)
-    if not plan.second:
-        return Estimate(mode, 1, max(carried), lat1, first - lat1)
-    total, lat2 = hop(plan.second, first)
-    return Estimate(mode, 2, max(carried), lat1 + lat2, total - lat1 - lat2)
+    topo = idle_topology(wiring, group)
+    call = AllToAll(spec, nbytes, pieces, True, tuple(range(group)))
+    done = all_to_all(topo, call)
+    topo.env.run()
+    assert done.triggered
+    hops = 2 if _plan(call, 0, wiring.sockets_per_node).second else 1
+    return split(spec.mode, hops, topo, float(topo.env.now))

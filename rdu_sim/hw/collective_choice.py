@@ -3,15 +3,17 @@ library does: a cost estimate per candidate, latency and bandwidth terms kept ap
 
 Like NCCL's tuning model (per algorithm a latency of hops in sequence times a per-hop
 latency, plus bytes over bandwidth; the smallest estimate wins), each candidate's estimate is
-its time on idle links: ``latency_s`` = hops in sequence x per-hop latency, ``bandwidth_s`` =
-the rest (the serialisation on the busiest link direction or port, including what its
-pipeline of pieces leaves exposed). That time is what the simulation gives the collective
-alone, by one rule: inside one node in closed form (identical links: ``hw.collectives``,
-``hw.direct_collectives``; the tests check each against the simulation), across nodes by
-simulating it alone on idle ports (:func:`alone`: the same transfers the engine's ports
-run, through ``hw.collective_run``), where the link classes, a network reached through the
-in-node port and the hierarchical form's phases overlapping on different ports (piece k's
-rail all-reduce beside piece k+1's reduce-scatter) leave no closed form that follows them.
+its time on idle links, split so the terms add up: ``bandwidth_s`` = the binding link
+direction or port's bytes (``bytes_per_link``) over its bandwidth, ``latency_s`` = the rest
+(the hops' latencies, the pipeline's fill and one port's wait for another, less what the
+pieces overlap: a two-shot in many pieces pays one hop's latency exposed, not two). That
+time is what the simulation gives the collective alone, by one rule: inside one node in
+closed form (identical links: ``hw.collectives``, ``hw.direct_collectives``; the tests check
+each against the simulation), across nodes by simulating it alone on idle ports
+(:func:`alone`: the same transfers the engine's ports run, through ``hw.collective_run``),
+where the link classes, a network reached through the in-node port and the hierarchical
+form's phases overlapping on different ports (piece k's rail all-reduce beside piece k+1's
+reduce-scatter) leave no closed form that follows them.
 The simulation then runs the chosen algorithm as link transfers, sharing the links with
 whatever else is in flight. There is no protocol choice (NCCL's LL/LL128/Simple trade
 bandwidth for latency on a GPU's memory model); the SN40L P2P protocol streams tiles with
@@ -86,12 +88,14 @@ class Estimate:
 
     algorithm: str
     hops: int  # link hops in sequence (each pays the per-hop latency)
-    # bytes the link direction (or port) carrying the most bytes carries: not necessarily
-    # the one that takes longest (a slower class's port may carry fewer and bind)
+    # bytes through the binding link direction or port (the one whose bytes take longest
+    # at its bandwidth: a slower class's port may carry fewer bytes and bind)
     bytes_per_link: float
-    latency_s: float  # hops x per-hop latency
-    # the rest of the idle-link time: serialisation on the critical path, including waits
-    # for a port behind another (two ports in series); not bytes_per_link / one bandwidth
+    # the rest of the idle-link time above bandwidth_s: the hops' latencies, a pipeline's
+    # fill, one port's wait for another, less what the pieces overlap (not hops x latency)
+    latency_s: float
+    # the binding link direction or port's bytes over its bandwidth: bytes_per_link at that
+    # direction's bandwidth when it also carries the most bytes
     bandwidth_s: float
 
     @property
@@ -165,11 +169,11 @@ def estimate(
         else:
             total = ring_time(p, nbytes, bw, lat, pieces, kind, bidirectional=both)
             per_link = steps * nbytes / p / (2 if both else 1)
-        return Estimate(algorithm, steps, per_link, steps * lat, total - steps * lat)
+        return _closed(algorithm, steps, per_link, bw, total)
     if algorithm == "tree":
         hops = 2 * math.floor(math.log2(p))
         total = tree_time(p, nbytes, bw, lat, pieces)
-        return Estimate(algorithm, hops, nbytes, hops * lat, total - hops * lat)
+        return _closed(algorithm, hops, nbytes, bw, total)
     shard = nbytes if (algorithm == "one_shot" and kind == ALL_REDUCE) else nbytes / p
     phases = 2 if algorithm == "two_shot" else 1
     sends = p - 1 if wiring.kind == "switched" else 1  # sends sharing one port or link
@@ -178,23 +182,23 @@ def estimate(
         t = pieces * u + lat
     else:
         t = max(2 * pieces * u + lat, 2 * (u + lat) + (pieces - 1) * u)
-    return Estimate(algorithm, phases, phases * sends * shard, phases * lat, t - phases * lat)
+    return _closed(algorithm, phases, phases * sends * shard, bw, t)
 
 
-@functools.lru_cache(maxsize=4096)
-def alone(
-    kind: str, algorithm: str, nbytes: float, group: int, wiring: Wiring, pieces: int
+def _closed(
+    algorithm: str, hops: int, per_link: float, bandwidth: float, time_s: float
 ) -> Estimate:
-    """``algorithm``'s ``kind`` of ``nbytes`` in ``pieces`` pieces simulated alone over the
-    first ``group`` sockets of ``wiring`` on idle links (the symmetric shortcut the engine's
-    ports run, exact: ``hw.collective_run``): its time, and the bytes through its busiest
-    link direction or port. The latency term is its hops in sequence at their links'
-    latency (:func:`latency_term`), the bandwidth term the rest. Memoized: a serving run asks
-    for the same messages again at every step of a shape."""
-    env = CountingEnvironment()
+    """A closed form's ``time_s`` split as :func:`split` does, its links identical: the
+    busiest direction's ``per_link`` bytes at ``bandwidth``, the latency term the rest."""
+    return Estimate(algorithm, hops, per_link, time_s - per_link / bandwidth, per_link / bandwidth)
+
+
+def idle_topology(wiring: Wiring, group: int) -> Topology:
+    """The first ``group`` sockets of ``wiring`` on idle links, on their own clock: what
+    :func:`alone` (and the all-to-all's estimate) simulates a call on."""
     rack = wiring.rack
-    topo = Topology(
-        env,
+    return Topology(
+        CountingEnvironment(),
         group,
         wiring.sockets_per_node,
         *wiring.intra,
@@ -205,12 +209,38 @@ def alone(
         rack_latency=None if rack is None else rack[1],
         network_through_node_port=wiring.network_through_node_port,
     )
+
+
+def split(algorithm: str, hops: int, topo: Topology, time_s: float) -> Estimate:
+    """A call's ``time_s`` on ``topo``'s idle links, split so the terms add up: the bandwidth
+    term is the binding link direction or port's bytes over its bandwidth (the most of
+    those), ``bytes_per_link`` that direction's bytes; the latency term the rest (the hops'
+    latencies, a pipeline's fill and the waits of one port for another, less what the pieces
+    overlap)."""
+    topo.chains.flush()
+    bound, busiest = 0.0, 0.0
+    for link, d, _ in topo.directions():
+        nbytes = link.bytes[d].total
+        if nbytes / link.bandwidth > bound:
+            bound, busiest = nbytes / link.bandwidth, nbytes
+    return Estimate(algorithm, hops, busiest, time_s - bound, bound)
+
+
+@functools.lru_cache(maxsize=4096)
+def alone(
+    kind: str, algorithm: str, nbytes: float, group: int, wiring: Wiring, pieces: int
+) -> Estimate:
+    """``algorithm``'s ``kind`` of ``nbytes`` in ``pieces`` pieces simulated alone over the
+    first ``group`` sockets of ``wiring`` on idle links (the symmetric shortcut the engine's
+    ports run, exact: ``hw.collective_run``): its time, split by :func:`split`. Memoized: a
+    serving run asks for the same messages again at every step of a shape."""
+    topo = idle_topology(wiring, group)
+    env = topo.env
     done = start_collective(topo, Collective(kind, nbytes, pieces, symmetric=True), algorithm)
     env.run()
     assert done.triggered
-    busiest = max(link.bytes[d].total for link, d, _ in topo.directions())
-    hops, latency = latency_term(kind, algorithm, group, wiring)
-    return Estimate(algorithm, hops, busiest, latency, float(env.now) - latency)
+    hops, _ = latency_term(kind, algorithm, group, wiring)
+    return split(algorithm, hops, topo, float(env.now))
 
 
 def latency_term(kind: str, algorithm: str, group: int, wiring: Wiring) -> tuple[int, float]:
@@ -246,7 +276,13 @@ def choose(
         # pieces trickle in behind their producer), then the simpler algorithm
         best = min(e.time_s for e in ests)
         tied = [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
-        chosen = min(tied, key=lambda e: (e.latency_s, ALGORITHMS.index(e.algorithm)))
+        chosen = min(
+            tied,
+            key=lambda e: (
+                latency_term(kind, e.algorithm, group, wiring)[1],
+                ALGORITHMS.index(e.algorithm),
+            ),
+        )
     else:
         name = forced_algorithm(kind == ALL_REDUCE, policy)  # type: ignore[arg-type]
         if name not in names:
