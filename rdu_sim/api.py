@@ -227,8 +227,8 @@ def step(
     shape = default_step_shape(
         scenario, phase, batch=batch, tokens=tokens, context=context, backend=backend
     )
-    if phase == "decode" and batch is not None:  # a batch given: does its pool hold it?
-        warn_over_pool(scenario, backend, int(batch), context)  # a numpy integer too
+    if phase == "decode":  # does its pool hold the batch, given or the default (one at least)?
+        warn_over_pool(scenario, backend, int(shape.batch), context)  # a numpy integer too
     return backend.step_cost(scenario, shape)
 
 

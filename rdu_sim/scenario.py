@@ -39,6 +39,7 @@ from rdu_sim.config.overrides import (
     GivenOverrides,
     SetSource,
     UnreadFieldWarning,
+    blamed_overrides,
     in_context,
     normalize_overrides,
     origin_of,
@@ -139,14 +140,16 @@ class Scenario:
         """Folder that relative paths in the workload (trace files) are resolved against."""
         return Path(self.workload_file).parent
 
-    def at_field(self, field: str, message: str) -> str:
+    def at_field(self, field: str, message: str, blame: tuple[str, ...] = ()) -> str:
         """``message`` as a config error at ``field`` of the workload says it: ``file:line:
         field: message``, or ``file: field: message (from --set field)`` when an override
         set it, ``(from overrides: field)`` when the API's argument did (``source_of``): a
-        rule checked after loading (a run's refusal before it simulates)."""
-        path = override_for(field, self.overrides)
-        line = None if path is not None else self.lines.get(tuple(field.split(".")))
-        note = f" {override_note(path, source_of(self.overrides))}" if path is not None else ""
+        rule checked after loading (a run's refusal before it simulates). ``blame``: the
+        fields whose values make the problem, when more than ``field`` (every override
+        among them named, ``blamed_overrides``)."""
+        paths = blamed_overrides(blame or (field,), self.overrides)
+        line = None if paths else self.lines.get(tuple(field.split(".")))
+        note = f" {override_note(paths, source_of(self.overrides))}" if paths else ""
         return str(ConfigIssue(self.workload_file, field, message + note, line))
 
 
@@ -227,12 +230,13 @@ def _validate(
         raise overridden(exc, file, overrides, prefix, source) from None
 
 
-def _failing(file: str, lines: LineMap) -> Callable[[str, str], ConfigError]:
-    """A ConfigError at a field path of the workload file, with its line."""
+def _failing(file: str, lines: LineMap) -> Callable[..., ConfigError]:
+    """A ConfigError at a field path of the workload file, with its line (``blame``: the
+    fields whose values make it, ``ConfigIssue.blame``)."""
 
-    def fail(path: str, message: str) -> ConfigError:
+    def fail(path: str, message: str, blame: tuple[str, ...] = ()) -> ConfigError:
         line = lines.get(tuple(path.split(".")))
-        return ConfigError.single(file, path, message, line)
+        return ConfigError.single(file, path, message, line, blame)
 
     return fail
 
@@ -275,20 +279,39 @@ def _body_sizes(model: Architecture) -> str:
     return f"runs of {sizes[0]} to {sizes[-1]} layers"
 
 
+DEVICES_FIELDS = (
+    "parallelism.tp",
+    "parallelism.dp_attention",
+    "parallelism.pp",
+    "hw.system.sockets",
+    "hardware",
+)
+"""What a replica's devices against the hardware's come from: an override of any of them is
+named as the cause of too many (``ConfigIssue.blame``)."""
+
+
+def _devices_problem(workload: WorkloadConfig, hardware: Hardware) -> str | None:
+    """What is wrong with the devices the parallelism asks for (tp x dp_attention x pp)
+    against the hardware's, or None."""
+    p, system = workload.parallelism, hardware.system
+    if p.devices <= system.sockets:
+        return None
+    return (
+        f"tp x dp_attention x pp = {p.tp} x {p.dp_attention} x {p.pp} = {p.devices} "
+        f"{device_noun(hardware)}s, more than the {system.sockets} of hardware "
+        f"{hardware.name!r} (raise hw.system.sockets: a replica over several nodes or racks)"
+    )
+
+
 def _layout_problem(
     workload: WorkloadConfig, hardware: Hardware, model: Architecture
 ) -> tuple[str, str] | None:
-    """(field, problem) of a parallelism the model or the hardware cannot map, or None: the
-    devices it asks for, whole experts per device, a pipeline's stages and what the
-    all-to-all of data-parallel attention needs (``config.parallelism``)."""
+    """(field, problem) of a parallelism the model or the hardware cannot map, or None
+    (its devices checked first, ``_devices_problem``): whole experts per device, a
+    pipeline's stages and what the all-to-all of data-parallel attention needs
+    (``config.parallelism``)."""
     p, system = workload.parallelism, hardware.system
     stage, experts = p.stage_devices, getattr(model, "routed_experts", 0)
-    if p.devices > system.sockets:
-        return "parallelism", (
-            f"tp x dp_attention x pp = {p.tp} x {p.dp_attention} x {p.pp} = {p.devices} "
-            f"{device_noun(hardware)}s, more than the {system.sockets} of hardware "
-            f"{hardware.name!r} (raise hw.system.sockets: a replica over several nodes or racks)"
-        )
     field = "parallelism.ep" if p.ep is not None else "parallelism.moe_experts"
     if p.expert_ways > 1 and not experts:
         return field, f"the {model.name} model has no routed experts to place whole on devices"
@@ -444,6 +467,9 @@ def _cross_check(
     problem = _tp_problem(model, parallelism.tp, sockets, hardware)
     if problem is not None:
         raise fail("parallelism.tp", problem)
+    problem = _devices_problem(workload, hardware)
+    if problem is not None:
+        raise fail("parallelism", problem, DEVICES_FIELDS)
     layout = _layout_problem(workload, hardware, model)
     if layout is not None:
         raise fail(*layout)

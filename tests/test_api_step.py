@@ -123,3 +123,34 @@ def test_a_paged_stacks_default_step_holds_what_its_pool_holds() -> None:
         api.step(scenario, batch=2048)
     sn40l = api.load("llama3.1-8b-8socket")  # static slots: unchanged
     assert api.default_step_shape(sn40l, "decode").batch == 64
+
+
+DEEPSEEK_H100 = "workloads/ep/deepseek-r1-h100.yaml"
+
+
+def test_a_default_step_of_one_sequence_its_pool_cannot_hold_warns() -> None:
+    """On one DGX-H100 node DeepSeek-R1's FP8 weights leave SGLang's pool 22 pages of 64
+    tokens a GPU (MLA's latent cache whole on each), less than one 8,192-token sequence:
+    the default step still runs one (at least one), and warns by the rule a batch given
+    does (``serving.backend.warn_over_pool``)."""
+    from rdu_sim.serving.backend import StepOverPoolWarning
+
+    node = {"hardware": "dgx-h100", "parallelism.tp": 8, "serving.batch_slots": 1}
+    scenario = api.load(DEEPSEEK_H100, node)
+    with pytest.warns(StepOverPoolWarning, match=r"1 sequence of 8,192 .*\(not one such"):
+        cost = api.step(scenario)
+    assert cost.detail is not None and cost.detail.batch == 1
+
+
+def test_a_default_step_below_the_slots_says_why() -> None:
+    """256 slots, but the TP16 pool holds 65 sequences of 8,192 tokens: the console says
+    the batch is the pool's, not the slots', in one line."""
+    result = CliRunner().invoke(cli, ["step", DEEPSEEK_H100, "--set", "serving.batch_slots=256"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "batch 65," in lines[0]
+    assert lines[1].startswith(
+        "batch 65, not the workload's 256 serving.batch_slots: a sequence of 8,192 cached "
+        "tokens reserves 128 KV pages of 64 tokens"
+    )
+    assert "pool holds 8,320" in lines[1]

@@ -6,6 +6,8 @@ streaming every expert reads the same expert bytes per socket either way."""
 from __future__ import annotations
 
 import itertools
+import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from rdu_sim import api
 from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.layout import ExpertPlacement
 from rdu_sim.config.errors import ConfigError
-from rdu_sim.graph.moe import expected_busiest_socket_experts
+from rdu_sim.graph.moe import expected_busiest_socket_experts, expected_distinct_experts
 from rdu_sim.shapes import StepShape
 
 DEEPSEEK = "workloads/deepseek-r1-128k-full.yaml"
@@ -64,11 +66,32 @@ def test_one_token_lands_within_its_groups_sockets() -> None:
     assert placement.busiest(8, 16) > expected_busiest_socket_experts(8, 256, 16)
 
 
-def expert_reads(moe_experts: str, batch: int) -> dict[str, float]:
-    scenario = api.load(DEEPSEEK, [f"parallelism.moe_experts={moe_experts}"])
+def expert_stages(moe_experts: str, batch: int, loading: str = "static") -> dict[str, Any]:
+    scenario = api.load(
+        DEEPSEEK, [f"parallelism.moe_experts={moe_experts}", f"moe_expert_loading={loading}"]
+    )
     program = Compiler(scenario).program(StepShape("decode", batch, 1, 1024))
     moe = next(k for k in program.kernels if k.name == "decoder_moe")
-    return {s.name: s.reads["hbm"] for s in moe.stages if s.op == "expert_gemm"}
+    return {s.name: s for s in moe.stages if s.op == "expert_gemm"}
+
+
+def expert_reads(moe_experts: str, batch: int) -> dict[str, float]:
+    return {name: s.reads["hbm"] for name, s in expert_stages(moe_experts, batch).items()}
+
+
+def test_streaming_every_expert_the_busiest_socket_still_computes_its_extra_pairs() -> None:
+    # 40 tokens x 8 touch ~185 of 256 experts; streaming all of them changes which weights
+    # a socket reads, not where the pairs land: the busiest socket's pairs are routed
+    # loading's, above the mean share whole experts under tensor slicing compute
+    static, routed = expert_stages("expert", 40), expert_stages("expert", 40, "routed")
+    tensor = expert_stages("tensor", 40)
+    touched = math.ceil(expected_distinct_experts(40, 256, 8))
+    assert touched == 185
+    share = ExpertPlacement(256, 8, groups=8, groups_per_token=4).busiest(touched, 16) / touched
+    assert share > 1.05 / 16
+    for name, stage in static.items():
+        assert stage.flops == pytest.approx(routed[name].flops, rel=1e-12)
+        assert stage.flops == pytest.approx(tensor[name].flops * share * 16, rel=1e-12)
 
 
 def test_batch_one_reads_the_busiest_sockets_whole_experts() -> None:
@@ -91,7 +114,8 @@ def test_expert_parallel_batch_one_step_is_slower_and_a_full_step_unchanged() ->
         return api.step(DEEPSEEK, [f"parallelism.moe_experts={moe_experts}"], batch=batch).step_s
 
     assert step("expert", 1) > 1.5 * step("tensor", 1)
-    assert step("expert", 40) == pytest.approx(step("tensor", 40), rel=1e-9)
+    # the busiest socket's extra pairs hide under the expert stream, which bounds the step
+    assert step("expert", 40) == pytest.approx(step("tensor", 40), rel=1e-4)
 
 
 def test_experts_that_do_not_divide_over_the_sockets_are_refused() -> None:

@@ -117,7 +117,7 @@ def test_weights_alone_beyond_hbm_offer_only_what_shrinks_them(tmp_path: Path) -
         "80 GiB of HBM per GPU); store weights in fp8 (dtypes.weights, now bf16), raise "
         "parallelism.tp on more GPUs (hw.system.sockets, now 8, or a hardware file with more) "
         "or give each GPU more HBM (hw.gpu.hbm.capacity, now 80 GiB) "
-        "(from --set dtypes.weights)"
+        "(from --set model, --set dtypes.weights)"
     )
     # weights that fit but leave no slot still get the KV cache's remedies
     said = _error(

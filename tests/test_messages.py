@@ -236,7 +236,7 @@ def test_an_expert_parallel_layout_filling_its_hardware_names_file_layout_and_ep
         "spread the experts over more ranks: raise parallelism.dp_attention with "
         "parallelism.ep (now 8 and 8; ep = tp x dp_attention, on more GPUs: "
         "hw.system.sockets, now 8, or a hardware file with more) "
-        "(from --set parallelism.dp_attention)"
+        "(from --set parallelism.dp_attention, --set parallelism.ep)"
     )
     assert "raise parallelism.tp" not in line
 
@@ -320,3 +320,34 @@ def test_check_calls_an_empty_csv_neither_kind_in_particular(tmp_path: Path) -> 
     said = error_line(invoke("check", str(empty)))
     assert said.startswith(f"error: {empty}: is empty: a CSV `rdu-sim check` reads is a request ")
     assert "or a measurement file (a header naming its columns: metric, measured" in said
+
+
+def sets(*pairs: str) -> list[str]:
+    return [a for pair in pairs for a in ("--set", pair)]
+
+
+def test_a_product_of_several_overrides_names_every_one_that_enters_it() -> None:
+    """tp x dp_attention x pp beyond the hardware's sockets is at ``parallelism``: its note
+    named the first override under it, tp whichever was at fault; it now names each
+    override that enters the product, in the order given, and none that does not."""
+    gpt = ROOT / "workloads" / "gpt-oss-120b-8socket.yaml"
+    tp_pp = error_line(invoke("step", gpt, *sets("parallelism.tp=8", "parallelism.pp=3")))
+    assert "8 x 1 x 3 = 24 sockets, more than the 8" in tp_pp
+    assert tp_pp.endswith("(from --set parallelism.tp, --set parallelism.pp)")
+    pp_only = error_line(
+        invoke("step", gpt, *sets("parallelism.mla_cache_layout=replicated", "parallelism.pp=3"))
+    )
+    assert pp_only.endswith("(from --set parallelism.pp)")
+
+
+def test_weights_that_do_not_fit_name_each_layout_override_not_tp_alone() -> None:
+    """DeepSeek-R1 over 8 H100s as dp_attention 8 x ep 8 (tp 1): the weights do not fit. It
+    said "(from --set parallelism.tp)", tp=1 its smallest share; every layout override that
+    sizes a GPU's share is named, and the hardware's HBM (the other side) is not."""
+    h100 = ROOT / "workloads" / "ep" / "deepseek-r1-h100.yaml"
+    layout = ("parallelism.tp=1", "parallelism.dp_attention=8", "parallelism.ep=8")
+    line = error_line(invoke("step", h100, *sets("hardware=dgx-h100", *layout)))
+    assert "the weights alone do not fit" in line
+    assert line.endswith(
+        "(from --set parallelism.tp, --set parallelism.dp_attention, --set parallelism.ep)"
+    )

@@ -125,7 +125,9 @@ def test_a_lone_run_of_attention_ranks_is_refused_at_the_fields_line_or_override
     ep64 = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
     with open(ep64) as file:
         (line,) = [n for n, text in enumerate(file, 1) if text.startswith("  dp_attention:")]
-    with pytest.raises(ConfigError, match="a lone run serves one server") as caught:
+    with pytest.raises(
+        ConfigError, match=r"a lone run, or a sweep's point, serves one server"
+    ) as caught:
         api.run(ep64)
     (issue,) = caught.value.issues
     assert (issue.file, issue.field, issue.line) == (ep64, "parallelism.dp_attention", line)

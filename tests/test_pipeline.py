@@ -4,6 +4,8 @@ pipeline."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from click.testing import CliRunner
 
@@ -205,3 +207,20 @@ def test_more_stages_than_layers_is_refused() -> None:
     with pytest.raises(ConfigError, match="pp=200 exceeds the") as caught:
         api.load(LLAMA70, {"parallelism.pp": 200, "parallelism.tp": 1, "hw.system.sockets": 4096})
     assert caught.value.issues[0].field == "parallelism.pp"
+
+
+def test_a_pipelined_steps_memory_plan_holds_its_stages_sram_and_names_it() -> None:
+    """The pipelined step's memory plan is its fullest stage's (its HBM): it held no SRAM,
+    "0 B used", while that stage's kernels hold their stage buffers; it now is that stage's
+    Program's plan, SRAM included, and `inspect graph` names the stage."""
+    scenario = api.load(LLAMA70, PP2)
+    program = Compiler(scenario).program(StepShape("decode", 8, 1, 1024))
+    stage = program.placement.pipeline_stage
+    assert stage in (0, 1)
+    assert program.placement == program.pipeline[stage].placement
+    held = program.placement.tiers["sram"].used_bytes
+    assert held == math.ceil(program.pipeline[stage].sram_bytes) > 0
+    overrides = [arg for key, value in PP2.items() for arg in ("--set", f"{key}={value}")]
+    result = CliRunner().invoke(cli, ["inspect", "graph", LLAMA70, *overrides])
+    assert result.exit_code == 0, result.output
+    assert f"memory per socket of pipeline stage {stage} (its HBM the fullest)" in result.output

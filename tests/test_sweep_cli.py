@@ -261,3 +261,23 @@ def test_plan_and_calibrate_refuse_a_worker_count_in_one_line(
     result = CliRunner().invoke(cli, [command, "no-such-spec.yaml", "--workers", count])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"error: --workers: must be {problem}"]
+
+
+def test_a_sweep_over_attention_ranks_points_to_the_plan_and_cluster_runs(tmp_path: Path) -> None:
+    """Every point of a sweep over parallelism.dp_attention fails (a lone run serves one
+    server): its words say where layouts are searched, rdu-sim plan or a cluster's runs
+    with --set pools..., and docs/sweeps.md says the same."""
+    ep = ROOT / "workloads" / "ep" / "deepseek-r1-h100.yaml"
+    spec = tmp_path / "dp.yaml"
+    spec.write_text(
+        f"base: {ep}\nset: {{parallelism.tp: 1, parallelism.ep: 16}}\n"
+        "axes: {parallelism.dp_attention: [16]}\nmetrics: [decode_tokens_per_s]\n"
+    )
+    dry = sweep(spec, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    (line,) = [line for line in dry.stdout.splitlines() if "parallelism.dp_attention=16" in line]
+    assert "a lone run, or a sweep's point, serves one server" in line
+    assert "to search layouts, rdu-sim plan, or runs of a cluster file with --set " in line
+    assert "pools.NAME.set.parallelism.* (docs/sweeps.md)" in line
+    doc = (ROOT / "docs" / "sweeps.md").read_text()
+    assert "rdu-sim plan" in doc and "pools.serve.set.parallelism.dp_attention=16" in doc

@@ -360,6 +360,13 @@ def _graph_title(result: Mapping[str, Any]) -> str:
     )
 
 
+def _stage_words(placement: Mapping[str, Any]) -> str:
+    """Which pipeline stage's sockets the memory table shows (the fullest HBM's), "" without
+    a pipeline."""
+    stage = placement.get("pipeline_stage")
+    return "" if stage is None else f" of pipeline stage {stage} (its HBM the fullest)"
+
+
 def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
     """The human view of an `inspect_graph` result: kernels, layers, per-tier placement."""
     kernels = Table(
@@ -428,8 +435,8 @@ def _graph_tables(result: Mapping[str, Any]) -> list[Table]:
         show_edge=False,
         pad_edge=False,
         collapse_padding=True,
-        title=f"memory per socket at {result['placement']['batch_slots']} "
-        f"batch slots (capacity {result['batch_capacity']})",
+        title=f"memory per socket{_stage_words(result['placement'])} at "
+        f"{result['placement']['batch_slots']} batch slots (capacity {result['batch_capacity']})",
     )
     queries = result.get("mla_queries")
     if queries:

@@ -544,6 +544,11 @@ def command(
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
+        if phase == "decode" and batch is None:  # the default batch, when below the slots
+            from rdu_sim.serving.backend import step_batch_note
+
+            prompt = step_batch_note(scenario, backend, context)  # under the header, as a
+            # default prefill's prompt is
         device = device_noun(scenario.hardware)
         repeated = repeated_parts(scenario, int(data["tp"]))
         _print_tables(

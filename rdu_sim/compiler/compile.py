@@ -296,11 +296,12 @@ class Compiler:
         )
         slots = self.plan_slots(shape)
         stages = tuple(self._compile(micro, stage, slots, all_experts) for stage in self._stages)
+        fullest = self.placement(slots)  # its stage's Program holds it with that stage's SRAM
         return Program(
             shape=shape,
             tp=self.view.scenario.tp,
             kernels=stages[0].kernels,
-            placement=self.placement(slots),
+            placement=stages[fullest.pipeline_stage].placement,
             stage_devices=stages[0].stage_devices,
             pipeline=stages,
             pipeline_micro_batches=parts,

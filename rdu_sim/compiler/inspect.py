@@ -30,7 +30,8 @@ the shape `rdu-sim step` would run) and returns a dict with
 - `layout`: the parallel degrees by their `parallelism.*` names
   (`ParallelismConfig.layout`, what every report names the layout by), and with pipeline
   stages `pipeline`: its `stages` and the step's `micro_batches`; the kernels and layers are
-  then the first stage's for one micro-batch, the placement the fullest stage's.
+  then the first stage's for one micro-batch, the placement the fullest stage's (its
+  `pipeline_stage`, and SRAM the largest of that stage's kernels holds).
 """
 
 from __future__ import annotations
@@ -109,8 +110,10 @@ def _kernel_record(kernel: KernelProgram) -> dict[str, Any]:
 
 def placement_record(placement: Placement) -> dict[str, Any]:
     """Per-tier usage of one socket plus the placed tensors, JSON-ready."""
+    stage = {"pipeline_stage": placement.pipeline_stage} if placement.pipeline_stage >= 0 else {}
     return {
         "batch_slots": placement.batch_slots,
+        **stage,  # under a pipeline, the stage it plans (the fullest HBM's)
         "per_socket": True,
         "tiers": {
             tier: {

@@ -41,7 +41,11 @@ from rdu_sim.compiler.expert_load import ExpertLoadModel, expert_load_model
 from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture, GqaMoeArchitecture
 from rdu_sim.graph import MlaCache, Precision
-from rdu_sim.graph.moe import expected_busiest_socket_experts, static_schedule
+from rdu_sim.graph.moe import (
+    expected_busiest_socket_experts,
+    expected_distinct_experts,
+    static_schedule,
+)
 from rdu_sim.graph.operator import Axis
 from rdu_sim.models.layers import LayerKind, layer_kinds, window_tokens
 from rdu_sim.scenario import Scenario
@@ -68,6 +72,16 @@ class ExpertPlacement:
             held = sockets // self.groups * self.groups_per_token
             return expected_busiest_socket_experts(selected, self.experts * held // sockets, held)
         return expected_busiest_socket_experts(selected, self.experts, sockets)
+
+    def busiest_pairs_share(self, tokens: int, sockets: int) -> float:
+        """The busiest socket's share of ``tokens`` tokens' token-expert pairs, by routed
+        loading's rule whatever the loading: the experts the tokens touch (uniform routing,
+        rounded up as the graph streams them) each take an equal share of the pairs, and the
+        busiest socket holds `busiest` of them. A static schedule streams more experts than
+        the tokens touch, but their pairs land as routing puts them."""
+        touched = expected_distinct_experts(tokens, self.experts, self.per_token)
+        selected = max(1, math.ceil(round(touched, 9)))
+        return self.busiest(selected, sockets) / selected
 
 
 @dataclass(frozen=True)

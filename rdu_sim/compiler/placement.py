@@ -585,6 +585,17 @@ def _device_hints(scenario: Scenario) -> list[str]:
     return hints
 
 
+LAYOUT_FIELDS = (
+    "parallelism.tp",
+    "parallelism.dp_attention",
+    "parallelism.ep",
+    "parallelism.moe_experts",
+    "parallelism.pp",
+)
+"""The fields of the layout a device's share of the weights comes from (``layout_words``):
+an override of any of them is named as a cause of weights that do not fit."""
+
+
 def layout_words(scenario: Scenario) -> str:
     """The layout a device's share comes from, for a capacity error: ``tp=8``, with
     ``dp_attention``, ``ep`` and ``pp`` where above 1 (``tp=1, dp_attention=8, ep=8``)."""
@@ -723,7 +734,7 @@ def plan_memory(
             f"{scenario.weight_dtype}); HBM holds {human.size(in_hbm, 4)} of them {rest}: "
             f"{_join(hints)}"
         )
-        raise CapacityError(scenario.at_field("parallelism", problem))
+        raise CapacityError(scenario.at_field("parallelism", problem, LAYOUT_FIELDS))
     if pool is not None and pool.pages < 1:  # the weights fit, and leave no page
         raise SlotsCapacityError(
             f"the stack's KV pool has not one page ({pool.page_tokens} tokens, "
@@ -989,16 +1000,17 @@ def batch_capacity(
                 *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
                 f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
             ]
-            # at the first of the fields it names that an override set (its "(from --set)"
-            # note), else at what sizes a sequence's KV cache (an oversized page, or the
-            # slot), or the model when its weights alone do not fit
+            # at the first of the fields it names that an override set, else at what sizes
+            # a sequence's KV cache (an oversized page, or the slot), or the model when its
+            # weights alone do not fit; its "(from --set)" note names that override and
+            # every other that sizes what does not fit (all but the HBM's own)
             involved = (
                 more_hbm,
                 *(() if alone or page is None else ("stack.kv_page_tokens",)),
                 *(() if alone else ("serving.max_context", "kv.policy")),
                 "memory.weights",
                 "dtypes.weights",
-                "parallelism.tp",
+                *LAYOUT_FIELDS,
                 "hardware",
                 "model",
             )
@@ -1026,7 +1038,8 @@ def batch_capacity(
                 f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
                 f"{max_prompt_tokens(scenario)}-token prompt)"
             )
-            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}"))
+            sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
+            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)

@@ -148,10 +148,14 @@ def shard_operator(node: Operator, plan: ShardPlan) -> Operator:
     gemm = _shard_gemm(node.gemm, dim, compute)
     work_share, read_share_of_weights = 1 / compute, 1 / weights
     if plan.experts is not None and split.weights == "experts" and node.gemm and plan.tp > 1:
-        # whole experts per socket: the busiest socket's selected experts, with their tokens
+        # whole experts per socket: the busiest socket's selected experts, and its pairs by
+        # the rule routed loading streams (under static loading more experts than the pairs')
         selected = node.gemm.batch
         busiest = plan.experts.busiest(selected, plan.tp)
-        work_share = read_share_of_weights = busiest / selected
+        read_share_of_weights = busiest / selected
+        pairs = math.prod(node.outputs[0].shape[:-1])  # (batch, tokens, k, width)
+        tokens = pairs // plan.experts.per_token
+        work_share = plan.experts.busiest_pairs_share(tokens, plan.tp)
         gemm = replace(node.gemm, batch=max(1, math.ceil(round(busiest, 9))))
     return replace(
         node,

@@ -19,6 +19,9 @@ class ConfigIssue:
     field: str  # dotted path, "" for the whole document
     message: str
     line: int | None = None
+    # the fields whose values make the problem, when more than ``field`` (a product of
+    # several: tp x dp_attention x pp): an override of any of them is named as its cause
+    blame: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         """`file:line: field.path: message`, always one line (one issue, one line of output),
@@ -57,9 +60,16 @@ class ConfigError(InputError):
         return type(self), (self.issues,)
 
     @classmethod
-    def single(cls, file: str, field: str, message: str, line: int | None = None) -> ConfigError:
-        """An error with one issue."""
-        return cls([ConfigIssue(file, field, message, line)])
+    def single(
+        cls,
+        file: str,
+        field: str,
+        message: str,
+        line: int | None = None,
+        blame: tuple[str, ...] = (),
+    ) -> ConfigError:
+        """An error with one issue (``blame``: ``ConfigIssue.blame``)."""
+        return cls([ConfigIssue(file, field, message, line, blame)])
 
 
 class CombinationError(ConfigError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -340,6 +340,15 @@ def override_for(field: str, overrides: Mapping[str, Any]) -> str | None:
     return next((path for path in overrides if field and path.startswith(field + ".")), None)
 
 
+def blamed_overrides(fields: Sequence[str], overrides: Mapping[str, Any]) -> tuple[str, ...]:
+    """The overrides that set any of ``fields`` (``override_for`` each), each once, in the
+    order they were given: what an issue whose value several fields make names as its cause
+    (``ConfigIssue.blame``), so a product names every override that enters it, not the
+    first override under their parent."""
+    found = {override_for(field, overrides) for field in fields} - {None}
+    return tuple(path for path in overrides if path in found)
+
+
 def setting_origin(field: str, file: str, overrides: Mapping[str, Any]) -> str:
     """Where a field's value came from, for a message about it that is not at the field
     itself: ``traffic.format of cluster.yaml``, or ``traffic.format, from --set
@@ -362,11 +371,12 @@ def override_origin(path: str, source: str = SET) -> str:
     return f"{source}{between}{path}"
 
 
-def override_note(path: str, source: str = SET) -> str:
+def override_note(path: str | Sequence[str], source: str = SET) -> str:
     """What an error at a field an override set ends with: ``(from --set PATH)``, or, for a
     mapping of them, ``(from pools.serve.set: PATH)``, ``(from overrides: PATH)``
-    (:func:`override_origin`)."""
-    return f"(from {override_origin(path, source)})"
+    (:func:`override_origin`); several paths, each: ``(from --set A, --set B)``."""
+    paths = (path,) if isinstance(path, str) else path
+    return f"(from {', '.join(override_origin(p, source) for p in paths)})"
 
 
 def overridden(
@@ -389,9 +399,9 @@ def overridden(
     given = source_of(overrides) if source is None else source
     issues = []
     for issue in exc.issues:
-        path = override_for(issue.field, overrides) if issue.file == file else None
-        if path is not None:
-            note = override_note(prefix + path, given)
+        paths = blamed_overrides(issue.blame or (issue.field,), overrides)
+        if paths and issue.file == file:
+            note = override_note([prefix + path for path in paths], given)
             issue = dataclasses.replace(issue, line=None, message=f"{issue.message} {note}")
         issues.append(issue)
     return type(exc)(issues)

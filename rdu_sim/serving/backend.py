@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Protocol
 
+from rdu_sim import human
 from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.placement import slot_words, tier_capacities
 from rdu_sim.compiler.program import Placement, Program
@@ -154,6 +155,25 @@ def step_batch(scenario: Scenario, backend: Backend, context: int | None = None)
     return max(1, min(slots, pool.pages // need))
 
 
+def step_batch_note(scenario: Scenario, backend: Backend, context: int | None = None) -> str | None:
+    """Why :func:`step_batch` runs fewer sequences than the workload's batch slots (its
+    paged KV pool holds no more of that context), in one line; None when it runs them all."""
+    slots = resolve_batch_slots(scenario, backend)[1]
+    batch = step_batch(scenario, backend, context)
+    pool = backend.plan_memory(scenario, slots).kv_pool
+    if pool is None or batch >= slots:
+        return None
+    tokens = decode_cache(scenario, context).context
+    need = pool.request_pages(tokens, 1)
+    return (
+        f"batch {batch:,}, not the workload's {slots:,} serving.batch_slots: a sequence of "
+        f"{tokens:,} cached tokens reserves {need:,} KV pages of {pool.page_tokens} tokens "
+        f"(its context and one new token) and the {scenario.stack.name} pool holds "
+        f"{pool.pages:,}, so a default decode step runs the most it holds at once "
+        "(at least one; --batch sets it)"
+    )
+
+
 def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: int | None) -> None:
     """Warn when a decode step of ``batch`` sequences of ``context`` tokens (default: the
     longest the KV policy keeps) needs more of a paged stack's KV pool than it holds
@@ -164,12 +184,14 @@ def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: in
     tokens = decode_cache(scenario, context).context
     each = pool.request_pages(tokens, 1)
     if batch * each > pool.pages:
+        most = pool.pages // each
+        held = f"at most {most:,} such sequences at once" if most else "not one such sequence"
         warn(
             StepOverPoolWarning(
-                f"{scenario.workload_file}: a decode step of {batch:,} sequences of "
+                f"{scenario.workload_file}: a decode step of "
+                f"{human.count(batch, 'sequence')} of "
                 f"{tokens:,} cached tokens needs {batch * each:,} KV pages of "
                 f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
-                f"{scenario.stack.name} pool holds (at most {pool.pages // each:,} such "
-                "sequences at once)"
+                f"{scenario.stack.name} pool holds ({held})"
             )
         )

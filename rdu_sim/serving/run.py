@@ -240,8 +240,10 @@ def _plan(
             scenario.workload_file,
             field,
             f"a replica of {ranks} attention ranks serves its requests on a server per rank, "
-            "which a cluster runs (a pool of it: docs/parallelism.md); a lone run serves one "
-            "server. rdu-sim step times a rank's step",
+            "which a cluster runs (a pool of it: docs/parallelism.md); a lone run, or a "
+            "sweep's point, serves one server. rdu-sim step times a rank's step; to search "
+            "layouts, rdu-sim plan, or runs of a cluster file with --set "
+            "pools.NAME.set.parallelism.* (docs/sweeps.md)",
             scenario.lines.get(tuple(field.split("."))),
         )  # at the field's line, or the --set that gave it (as the scenario's rules are)
         raise overridden(refused, scenario.workload_file, scenario.overrides)
