@@ -381,3 +381,36 @@ def test_a_fit_that_stops_at_its_budget_says_it_did_not_converge(tmp_path: Path)
     assert long["converged"] is True and long["groups"][0]["stop"].startswith("converged: ")
     text = (tmp_path / "long" / f"{DEFAULT}-calibrated.yaml").read_text()
     assert "# converged: true (converged: " in text and "# Fitted: " in text
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_calibration_that_fails_before_its_first_simulation_leaves_no_empty_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nested: bool
+) -> None:
+    """The output folder and its cache file are made before anything is simulated (so an
+    unwritable one fails first); a run that then fails keeping nothing removes them again:
+    the suite's runs without -o left an empty calibration/evaluations.jsonl in the checkout.
+    A folder that was there before, and a cache with results in it, stay."""
+    path = _measured(tmp_path, TRUTH)
+    fit = f"{DEFAULT}:stack.host.serial_per_step=0:1ms"
+
+    def broken(self: Calibration, max_evaluations: int) -> None:
+        raise ConfigError(["a simulation failed"])
+
+    monkeypatch.setattr(Calibration, "fit", broken)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "made" / "deeper" if nested else tmp_path / "made"
+    result = CliRunner().invoke(cli, ["calibrate", str(path), "--fit", fit, "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "a simulation failed" in result.output
+    assert not (tmp_path / "made").exists()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(cli, ["calibrate", str(path), "--fit", fit])  # default folder
+    assert result.exit_code == 2, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "evaluations.jsonl").write_text("")
+    result = CliRunner().invoke(cli, ["calibrate", str(path), "--fit", fit, "-o", str(kept)])
+    assert result.exit_code == 2, result.output
+    assert (kept / "evaluations.jsonl").is_file()  # not this run's to remove

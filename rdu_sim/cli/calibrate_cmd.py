@@ -412,6 +412,19 @@ class Prepared:
     folder: Path
     paths: dict[tuple[str, str], Path]  # each fitted machine's and stack's overlay
     cache: Path
+    created: tuple[Path, ...]  # the cache file and folders this run made, newest first
+
+    def drop_if_unused(self) -> None:
+        """Remove what this run created if it kept nothing in it: a calibration that
+        stops before its first simulation leaves no empty cache file or folder behind."""
+        for path in self.created:
+            try:
+                if path.is_dir():
+                    path.rmdir()  # only when empty
+                elif path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                return
 
 
 def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
@@ -438,10 +451,20 @@ def _prepare(asked: Asked, out: str | None, cache: str | None) -> Prepared:
     refuse_overwrite([("-o", path) for path in outputs], [cache_path], "calibrate")
     for path in outputs:
         _regular_or_absent(path, "-o")
+    new_folders = [
+        missing
+        for made in (cache_path.parent, folder)
+        for missing in (made, *made.parents)
+        if not missing.exists()
+    ]
+    cache_is_new = not cache_path.exists()
     _writable(folder)
     EvaluationCache(cache_path).ready()  # the cache file can be written (and is checked)
+    created = ([cache_path] if cache_is_new else []) + sorted(
+        set(new_folders), key=lambda p: -len(p.parts)
+    )
     evaluations = asked.max_evaluations or spec_evaluations or DEFAULT_MAX_EVALUATIONS
-    return Prepared(problem, inputs, evaluations, folder, paths, cache_path)
+    return Prepared(problem, inputs, evaluations, folder, paths, cache_path, tuple(created))
 
 
 def _checked_evaluations(
@@ -555,11 +578,17 @@ def command(
         result = calibration.fit(ready.max_evaluations)
     except Interrupted as stop:  # the boundary prints it: say what the cache holds
         kept = calibration.evaluator.simulated
+        if not kept:
+            ready.drop_if_unused()
+            raise
         raise Interrupted(
             stop.signum,
             f"{kept} simulation(s) of this run kept in {cache_path} (the same command "
             "resumes from it)",
         ) from None
+    except BaseException:
+        ready.drop_if_unused()
+        raise
     recorded = asked.recorded()
     sets = ", ".join(
         sorted({p.stem for p in inputs.measurements} | ({"figures"} if inputs.figures else set()))
