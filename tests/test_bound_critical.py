@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from step_bounds import bound_of
 
 from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.compiler.errors import CapacityError
-from rdu_sim.engine.timing import StepTiming
-from rdu_sim.report.bound import StepBound, remedy_words, step_bound
+from rdu_sim.report.bound import remedy_words
 from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.serving.run import plan_capacity
 
@@ -25,14 +25,6 @@ RACKS = str(ROOT / "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml")
 BACKEND = EngineBackend()
 
 
-def _bound(
-    workload: str, overrides: dict[str, object], **shape: object
-) -> tuple[StepTiming, StepBound]:
-    timing = api.step(workload, overrides, **shape).detail  # type: ignore[arg-type]
-    assert isinstance(timing, StepTiming)
-    return timing, step_bound(timing, api.load(workload, overrides).hardware)
-
-
 def test_link_latency_binds_by_its_latency_field() -> None:
     """Llama 8B on 8 sockets with 1 ms in-node links: 65 collectives (two all-reduces a
     layer, the logits' all-gather), one hop each, wait ~1 ms apiece: the links bind by their
@@ -40,8 +32,8 @@ def test_link_latency_binds_by_its_latency_field() -> None:
     collective's direction pays the added latency at least once (its pieces, sent as the
     producer's tiles come, more): the link time grows by at least 65 x 0.9 ms over the
     default's 100 us."""
-    _, fast_bound = _bound(LLAMA_8S, {})
-    slow, bound = _bound(LLAMA_8S, {"hw.system.intra_node_link.latency": "1 ms"})
+    _, fast_bound = bound_of(LLAMA_8S, {})
+    slow, bound = bound_of(LLAMA_8S, {"hw.system.intra_node_link.latency": "1 ms"})
     assert fast_bound.bound == "hbm" and fast_bound.link_term == "bandwidth"
     assert bound.bound == "link" and bound.link == "intra_node_link"
     assert bound.link_term == "latency" and bound.unaccounted_s == 0.0
@@ -58,7 +50,7 @@ def test_link_latency_binds_by_its_latency_field() -> None:
 def test_a_slow_rack_latency_names_the_rack_links() -> None:
     """DeepSeek-R1 on 4 racks with 500 us between racks: the step doubles, and the links
     between racks bind by their latency (HBM did before)."""
-    timing, bound = _bound(RACKS, {"hw.system.inter_rack_link.latency": "500 us"})
+    timing, bound = bound_of(RACKS, {"hw.system.inter_rack_link.latency": "500 us"})
     assert bound.bound == "link" and bound.link == "inter_rack_link"
     assert bound.link_term == "latency" and bound.unaccounted_s == 0.0
     assert bound.link_s == timing.critical_s["link"]
@@ -67,7 +59,7 @@ def test_a_slow_rack_latency_names_the_rack_links() -> None:
 def test_a_stage_starved_of_pcus_binds_by_compute() -> None:
     """104 PCUs for Llama 8B's prefill: its stages get unequal shares, and the busiest
     stage's PCU time is the step (the PCUs on average are idle a fifth of it)."""
-    timing, bound = _bound(LLAMA_1S, {"hw.socket.pcu.count": 104}, phase="prefill")
+    timing, bound = bound_of(LLAMA_1S, {"hw.socket.pcu.count": 104}, phase="prefill")
     assert bound.bound == "compute" and bound.unaccounted_s == 0.0
     assert bound.compute_s > 0.95 * timing.device_s
     average = timing.busy_s["pcu"] * 104 / 93  # over the usable PCUs: floor(0.9 x 104)
@@ -79,7 +71,7 @@ def test_slow_pmus_name_the_pmu_sram_bandwidth() -> None:
     than the step's HBM reads (the busy table's average over all PMUs is far smaller). Not
     all of the step: its tiles cross ~10 single-PMU stages in series, each write then read,
     a chain no one stage's time is (the report's unaccounted part)."""
-    timing, bound = _bound(LLAMA_1S, {"hw.socket.pmu.bandwidth": "1 GB/s"})
+    timing, bound = bound_of(LLAMA_1S, {"hw.socket.pmu.bandwidth": "1 GB/s"})
     assert bound.bound == "pmu" and bound.pmu_s == timing.critical_s["pmu"]
     assert bound.pmu_s > bound.hbm_s and bound.pmu_s > 2 * timing.busy_s["pmu"]
     assert remedy_words("pmu") == "more PMU SRAM bandwidth (hw.socket.pmu.bandwidth)"

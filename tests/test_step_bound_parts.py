@@ -8,23 +8,16 @@ called the stack's."""
 from __future__ import annotations
 
 import pytest
+from step_bounds import bound_of
 
 from rdu_sim import api
 from rdu_sim.engine.timing import StepTiming
-from rdu_sim.report.bound import RESOURCES, StepBound, step_bound
+from rdu_sim.report.bound import RESOURCES, StepBound
 from rdu_sim.report.summary import summarize
 
 SEVENTY_B = "llama3.1-70b-decode"
 LLAMA_1S = "llama3.1-8b-1socket"
 H100 = {"hardware": "dgx-h100"}
-
-
-def _bound(
-    workload: str, overrides: dict[str, object], **shape: object
-) -> tuple[StepTiming, StepBound]:
-    timing = api.step(workload, overrides, **shape).detail  # type: ignore[arg-type]
-    assert isinstance(timing, StepTiming)
-    return timing, step_bound(timing, api.load(workload, overrides).hardware)
 
 
 def _accounts(timing: StepTiming, bound: StepBound) -> None:
@@ -42,7 +35,9 @@ def _accounts(timing: StepTiming, bound: StepBound) -> None:
 def test_overlapped_host_time_the_device_hides_is_not_the_bound() -> None:
     """10 ms of overlapped host work beside a 16.7 ms device step adds nothing: the HBM
     binds, and the hidden time is said as hidden, not as the host's on the step's path."""
-    timing, bound = _bound(SEVENTY_B, {**H100, "stack.host.overlapped_per_step": "10ms"}, batch=32)
+    timing, bound = bound_of(
+        SEVENTY_B, {**H100, "stack.host.overlapped_per_step": "10ms"}, batch=32
+    )
     assert timing.runtime_s == 0.0 and timing.host_overlapped_s < timing.device_s
     _accounts(timing, bound)
     assert bound.bound == "hbm"
@@ -53,7 +48,9 @@ def test_overlapped_host_time_the_device_hides_is_not_the_bound() -> None:
 def test_overlapped_host_time_longer_than_the_device_binds() -> None:
     """The same host work at 40 ms outlasts the device: the step is the host's, and it
     binds."""
-    timing, bound = _bound(SEVENTY_B, {**H100, "stack.host.overlapped_per_step": "40ms"}, batch=32)
+    timing, bound = bound_of(
+        SEVENTY_B, {**H100, "stack.host.overlapped_per_step": "40ms"}, batch=32
+    )
     _accounts(timing, bound)
     assert bound.bound == "host" and bound.host_hidden_s == 0.0
     assert bound.host_s == pytest.approx(timing.step_s, rel=1e-12)
@@ -71,7 +68,7 @@ def test_gpu_kernel_launches_are_a_part_of_the_step() -> None:
     """Without CUDA graphs, a 50 us launch per call outlasts the kernels: the host's
     launches are the step."""
     overrides = {**H100, "cuda_graphs": False, "hw.gpu.kernel.launch": "50 us"}
-    timing, bound = _bound(SEVENTY_B, overrides, batch=32)
+    timing, bound = bound_of(SEVENTY_B, overrides, batch=32)
     _accounts(timing, bound)
     assert bound.bound == "launch"
     assert bound.launch_s == timing.busy_s["launch"]
@@ -80,7 +77,7 @@ def test_gpu_kernel_launches_are_a_part_of_the_step() -> None:
 def test_sn40l_layer_loop_is_a_part_of_the_step() -> None:
     """A 1 ms layer loop over the decoder's 32 looped layers is 31 ms of the step, more
     than its HBM reads."""
-    timing, bound = _bound(LLAMA_1S, {"hw.socket.kernel.layer_loop": "1 ms"}, batch=8)
+    timing, bound = bound_of(LLAMA_1S, {"hw.socket.kernel.layer_loop": "1 ms"}, batch=8)
     _accounts(timing, bound)
     assert bound.bound == "loop"
     assert bound.loop_s == pytest.approx(31e-3, rel=1e-12)
@@ -90,8 +87,8 @@ def test_a_short_layer_loop_hides_under_the_layers_reads() -> None:
     """Up to about a layer's HBM time less its other work, the loop hides under the stages'
     prefetched loads: a 5 us loop leaves the step exactly as it is without one (the
     parameter binds only when longer, as the 1 ms one above)."""
-    none, _ = _bound(LLAMA_1S, {"hw.socket.kernel.layer_loop": 0}, batch=8)
-    short, bound = _bound(LLAMA_1S, {"hw.socket.kernel.layer_loop": "5 us"}, batch=8)
+    none, _ = bound_of(LLAMA_1S, {"hw.socket.kernel.layer_loop": 0}, batch=8)
+    short, bound = bound_of(LLAMA_1S, {"hw.socket.kernel.layer_loop": "5 us"}, batch=8)
     assert short.step_s == none.step_s
     assert bound.bound == "hbm" and bound.loop_s == pytest.approx(31 * 5e-6, rel=1e-12)
 
@@ -104,7 +101,7 @@ def test_compute_time_is_the_busiest_stage_s() -> None:
     times = {}
     for fraction in (0.9, 0.45):
         overrides = {"hw.socket.usable_fraction": fraction}
-        timing, bound = _bound(LLAMA_1S, overrides, phase="prefill", tokens=4096)
+        timing, bound = bound_of(LLAMA_1S, overrides, phase="prefill", tokens=4096)
         _accounts(timing, bound)
         assert bound.bound == "compute"
         assert bound.compute_s > 0.9 * timing.device_s
@@ -119,7 +116,7 @@ def test_the_host_link_is_not_the_stacks_host_time() -> None:
     """Sampling on the host at 27.5 MB/s: 32 slots' logits (128,256 x 2 B each) take
     298 ms over the host link, which binds; the stack's own host time is the rest."""
     overrides = {"stack": "sambastudio-2024", "hw.system.host_link.bandwidth": "27.5 MB/s"}
-    timing, bound = _bound(SEVENTY_B, overrides, batch=32)
+    timing, bound = bound_of(SEVENTY_B, overrides, batch=32)
     _accounts(timing, bound)
     link = api.load(SEVENTY_B, overrides).hardware.system.host_link
     assert bound.bound == "host_link"
@@ -141,4 +138,4 @@ def test_shipped_steps_are_accounted_for(
     workload: str, overrides: dict[str, object], shape: dict[str, object]
 ) -> None:
     """The shipped workloads' steps keep the property as they are."""
-    _accounts(*_bound(workload, overrides, **shape))
+    _accounts(*bound_of(workload, overrides, **shape))
