@@ -32,7 +32,7 @@ from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.all_to_all import AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
-from rdu_sim.hw.collective_choice import TIE_RTOL, CollectivePlan, Wiring, choose
+from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose, tied
 from rdu_sim.hw.collective_run import start_collective
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, Topology
 from rdu_sim.pickled import Reduced, by_fields
@@ -95,9 +95,8 @@ def plan_all_to_all(
     ests = tuple(
         all_to_all_estimate(replace(exchange, mode=m), nbytes, group, wiring, pieces) for m in modes
     )
-    best = min(e.time_s for e in ests)
-    tied = [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
-    chosen = next((e for e in tied if e.algorithm == exchange.mode), tied[0])
+    equal = tied(ests)
+    chosen = next((e for e in equal if e.algorithm == exchange.mode), equal[0])
     policy = "auto" if exchange.choose else exchange.mode
     return CollectivePlan("alltoall", group, nbytes, policy, chosen, ests)
 

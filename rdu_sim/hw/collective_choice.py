@@ -226,6 +226,13 @@ def split(algorithm: str, hops: int, topo: Topology, time_s: float) -> Estimate:
     return Estimate(algorithm, hops, busiest, time_s - bound, bound)
 
 
+def tied(ests: tuple[Estimate, ...]) -> list[Estimate]:
+    """The estimates equal to the smallest, to rounding (``TIE_RTOL``): what a tie-break
+    chooses among."""
+    best = min(e.time_s for e in ests)
+    return [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
+
+
 @functools.lru_cache(maxsize=4096)
 def alone(
     kind: str, algorithm: str, nbytes: float, group: int, wiring: Wiring, pieces: int
@@ -274,10 +281,8 @@ def choose(
     if policy == "auto":
         # equal estimates (to rounding): fewer hops in sequence first (less exposed when the
         # pieces trickle in behind their producer), then the simpler algorithm
-        best = min(e.time_s for e in ests)
-        tied = [e for e in ests if e.time_s <= best * (1 + TIE_RTOL)]
         chosen = min(
-            tied,
+            tied(ests),
             key=lambda e: (
                 latency_term(kind, e.algorithm, group, wiring)[1],
                 ALGORITHMS.index(e.algorithm),

@@ -1009,10 +1009,9 @@ def kept_counts(policy: KVPolicy, prompts: Iterable[int], outputs: Iterable[int]
 
 
 def _stays(policy: KVPolicy) -> str:
-    """What a full slot keeps beside its ring, in words, from the policy's ``describe()``
-    (``sinks``, ``topk``: the fixed-slot layouts'; a plugin without them, "")."""
-    described = policy.describe()
-    sinks, topk = int(described.get("sinks") or 0), int(described.get("topk") or 0)
+    """What a full slot keeps beside its ring, in words (``wrap_keeps``; a plugin that
+    states nothing, "")."""
+    sinks, topk = wrap_keeps(policy)
     parts = [f"{sinks:,} sink{'s' * (sinks != 1)}"] if sinks else []
     if topk:
         parts.append(f"{topk:,} selected token{'s' * (topk != 1)}")

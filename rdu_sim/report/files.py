@@ -170,12 +170,16 @@ def _through_link(link: Path) -> Path:
 _TEMPORARY_SUFFIX = ".tmp"
 
 
+def _host() -> str:
+    """This host's name as a temporary file's name holds it (``_temporary_prefix``)."""
+    return socket.gethostname().replace("/", "_") or "localhost"
+
+
 def _temporary_prefix(target: Path) -> str:
     """The start of the name of a temporary file this process writes ``target`` through:
     ``.NAME.HOST.PID.`` (then mkstemp's random part and ``.tmp``), so a later writer of the
     same target can tell one a killed process left (``_remove_stale``)."""
-    host = socket.gethostname().replace("/", "_") or "localhost"
-    return f".{target.name}.{host}.{os.getpid()}."
+    return f".{target.name}.{_host()}.{os.getpid()}."
 
 
 def _remove_stale(target: Path) -> None:
@@ -184,7 +188,7 @@ def _remove_stale(target: Path) -> None:
     ``_temporary_prefix``'s pattern for this target are touched, and only those whose
     process no longer runs here: another host's, or a live process's, are in use."""
     start = f".{target.name}."
-    host = socket.gethostname().replace("/", "_") or "localhost"
+    host = _host()
     try:
         names = [
             entry.name

@@ -29,6 +29,7 @@ from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.report.files import unwritable_problem, write_file
 from rdu_sim.sweep.store import Store, flat_name
+from rdu_sim.sweep.worker import covers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,9 +111,7 @@ def _wanted(stored: dict[str, Any], metrics: Sequence[str] | None) -> dict[str, 
         return {k: (0, v) for k, v in stored.items()}
     kept: dict[str, tuple[int, Any]] = {}
     for name, value in stored.items():
-        place = next(
-            (i for i, m in enumerate(metrics) if name == m or name.startswith(m + ".")), None
-        )
+        place = next((i for i, m in enumerate(metrics) if covers(m, name)), None)
         if place is not None:
             kept[name] = (place, value)
     return kept

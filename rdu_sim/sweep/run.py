@@ -59,7 +59,7 @@ from rdu_sim.sweep.key import canonical_json, jsonable
 from rdu_sim.sweep.progress import Reporter, RichReporter, Silent
 from rdu_sim.sweep.spec import LoadedSpec, load_spec
 from rdu_sim.sweep.store import Existing, Row, Store, StoreError
-from rdu_sim.sweep.worker import Outcome, PointLike, Task, WorkerMismatch
+from rdu_sim.sweep.worker import Outcome, PointLike, Task, WorkerMismatch, covers
 
 Evaluate = Callable[[Point], Mapping[str, Any]]
 
@@ -366,9 +366,7 @@ def plan(
             reran += 1
             to_run.append(point)
         elif row.status == "done":
-            covered = all(
-                any(k == m or k.startswith(m + ".") for k in row.metric_keys) for m in metrics
-            )
+            covered = all(any(covers(m, k) for k in row.metric_keys) for m in metrics)
             if covered:
                 done += 1
             else:

@@ -181,6 +181,12 @@ def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def covers(metric: str, name: str) -> bool:
+    """Whether a spec's ``metric`` asks for the stored metric ``name``: the same name, or
+    one inside it (``decode_step`` covers ``decode_step.bound``)."""
+    return name == metric or name.startswith(metric + ".")
+
+
 def select(
     flat: Mapping[str, Any], metrics: tuple[str, ...] | None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -192,7 +198,7 @@ def select(
     kept: dict[str, Any] = {}
     missing: list[str] = []
     for metric in metrics:
-        found = {k: v for k, v in flat.items() if k == metric or k.startswith(metric + ".")}
+        found = {k: v for k, v in flat.items() if covers(metric, k)}
         parts = metric.split(".")
         if not found and any(
             ".".join(parts[:i]) in flat and flat[".".join(parts[:i])] is None
