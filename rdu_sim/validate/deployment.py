@@ -263,15 +263,13 @@ def simulate_run(point: MeasuredPoint, overrides: Sequence[str] = ()) -> Simulat
     """Run ``point``'s workload (``overrides`` on top, ``hw.`` ones on its hardware file) and
     read its metric; a ConfigError naming the row when the run gives no finite, positive
     value (no request completed)."""
-    from rdu_sim.report.run_result import RunResult
-    from rdu_sim.serving.backend import EngineBackend
+    from rdu_sim import api
     from rdu_sim.serving.limits import UnchunkedPromptWarning
-    from rdu_sim.serving.run import serve_scenario
     from rdu_sim.sim_warnings import warn
 
     scenario = point.scenario(overrides)
-    try:  # api.run, with the run's warnings told for a measured row
-        result = RunResult.of(serve_scenario(scenario, EngineBackend()))
+    try:  # the run's warnings are told below, for a measured row
+        result = api.run(scenario, warn=False)
     except ConfigError as exc:  # a run the row asks for that cannot be done (too much work)
         raise point.row_error(exc) from None
     for found in result.warnings():
