@@ -160,11 +160,32 @@ def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
                 "(--export FILE writes it; rdu_sim.sweep.load reads it)"
             )
     done = [r for r in records if r.get("status", "done") == "done"]
+    notes += warned_notes(done, axes)
     for metric in _metrics(frame, axes, metrics):
         if any(_missing(r[metric]) for r in done):
             notes.append(f"- in {metric}: {missing_reason(metric)}")
     if len(frame) > MAX_ROWS:
         notes.append(f"(the tables show the first {MAX_ROWS} of {len(frame)} points)")
+    return notes
+
+
+MAX_WARNED_POINTS = 3
+"""Points whose warnings the notes under a sweep's tables quote; the rest are counted."""
+
+
+def warned_notes(done: Sequence[dict[str, Any]], axes: Sequence[str]) -> list[str]:
+    """A note per point that ran with warnings (weights read from DDR, slower speculation,
+    ...: the run's report's ``warnings``), naming the point by its axes, so a sweep's reader
+    sees what a run of that point would have warned of; the ``warnings`` column has them all."""
+    warned = [r for r in done if isinstance(r.get("warnings"), list) and r["warnings"]]
+    notes = []
+    for record in warned[:MAX_WARNED_POINTS]:
+        point = ", ".join(f"{axis}={_axis_value(record.get(axis))}" for axis in axes)
+        for text in record["warnings"]:
+            notes.append(f"warning at {point or 'the point'}: {text}")
+    if len(warned) > MAX_WARNED_POINTS:
+        more = human.count(len(warned) - MAX_WARNED_POINTS, "more point")
+        notes.append(f"warning: {more} ran with warnings (the warnings column has them)")
     return notes
 
 
