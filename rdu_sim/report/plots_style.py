@@ -80,7 +80,7 @@ STACK_COLORS = {
     "sglang": "#8172b3",
     "tensorrt-llm": "#c44e52",
     "tensorrt-llm-2024": "#dd8452",
-    "vllm-2024": "#937860",
+    "vllm-2024": "#64b5cd",  # light blue: apart from the TensorRT-LLM stacks' orange and red
 }
 """A fixed colour per shipped serving stack (stacks/), so a stack reads the same in every
 plot whatever else the plot holds (tests/test_plots_deployment.py checks every shipped stack
