@@ -616,6 +616,20 @@ def _with_stderr(stderr: int, *args: str) -> tuple[int, str]:
     return proc.returncode, stdout
 
 
+def _with_failing_stderr(where: str, *args: str) -> tuple[int, str]:
+    """Run the CLI with standard error ``full`` (/dev/full) or ``gone`` (a pipe whose
+    reader left); its status and stdout."""
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            return _with_stderr(full.fileno(), *args)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return _with_stderr(write, *args)
+    finally:
+        os.close(write)
+
+
 @pytest.mark.parametrize("where", ["full", "gone"])
 def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
     tmp_path: Path, where: str
@@ -628,16 +642,7 @@ def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
     warning is lost: never 1), 141 for a reader that left (as for stdout's)."""
     path, db, out = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite", tmp_path / "x.csv"
     args = ("sweep", str(path), "--db", str(db), "--workers", "1", "--export", str(out))
-    if where == "full":
-        with open("/dev/full", "w") as full:
-            status, stdout = _with_stderr(full.fileno(), *args)
-    else:
-        read, write = os.pipe()
-        os.close(read)
-        try:
-            status, stdout = _with_stderr(write, *args)
-        finally:
-            os.close(write)
+    status, stdout = _with_failing_stderr(where, *args)
     assert status == (2 if where == "full" else 141), stdout
     assert "ran 8 points" in stdout and f"wrote 8 rows to {out}" in stdout
     with out.open(newline="") as rows:
@@ -662,16 +667,7 @@ def test_a_calibration_whose_stderr_fails_fits_and_writes_and_says_so_by_its_sta
     fit = "sambastack-2025:stack.host.serial_per_step=0:1ms"
     args = ("calibrate", str(measured), "--fit", fit, "--max-evaluations", "1")
     args += ("-o", str(out), "--json")
-    if where == "full":
-        with open("/dev/full", "w") as full:
-            status, stdout = _with_stderr(full.fileno(), *args)
-    else:
-        read, write = os.pipe()
-        os.close(read)
-        try:
-            status, stdout = _with_stderr(write, *args)
-        finally:
-            os.close(write)
+    status, stdout = _with_failing_stderr(where, *args)
     assert status == (2 if where == "full" else 141), stdout
     fitted = json.loads(stdout)
     assert fitted["evaluations"] >= 1
