@@ -99,6 +99,10 @@ class Scenario:
     # The workload file's line of each field path, for a rule checked after loading (a lone
     # run's refusal, ``serving.run.plan_run``) to name the line as the loader's rules do.
     lines: LineMap = field(default_factory=dict, compare=False, repr=False)
+    # The hardware file's line of each of its field paths (without the ``hw.`` prefix), as
+    # read at load, for a refusal at a hardware field after loading (``compiler.errors.
+    # at_hardware``: a kernel the socket cannot hold).
+    hardware_lines: LineMap = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def tp(self) -> int:
@@ -845,7 +849,9 @@ def _resolved(
     except ConfigError as exc:
         raise CombinationError(exc.issues) from None
     if draft is not None:
-        draft = dataclasses.replace(draft, stack=stack, stack_file=stack_file)
+        draft = dataclasses.replace(
+            draft, stack=stack, stack_file=stack_file, hardware_lines=hw_lines
+        )
     return Scenario(
         workload,
         hardware,
@@ -858,6 +864,7 @@ def _resolved(
         # its own (a caller's later edit is not its), with where they were given
         overrides=GivenOverrides(copy.deepcopy(dict(overrides)), source),
         lines=lines,
+        hardware_lines=hw_lines,
     )
 
 

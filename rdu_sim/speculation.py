@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from numpy.typing import NDArray
+
 from rdu_sim.config.workload import SpeculationConfig
 from rdu_sim.scenario import Scenario
 
@@ -87,3 +90,13 @@ def target_prompt(spec: SpeculationConfig | None, prompt: int) -> int:
     if prefill is None:
         return prompt
     return kept_tokens(prompt, prefill.keep_ratio, prefill.chunk_tokens)
+
+
+def target_prompts(spec: SpeculationConfig | None, prompts: NDArray[np.int64]) -> NDArray[np.int64]:
+    """:func:`target_prompt` of each of ``prompts`` (each length once), a new array: what a
+    run's requests reserve of a paged pool (``serving.limits.check_pool``) and what the
+    scheduler prefills and caches of each (``serving.simulate.serve``)."""
+    lengths, at = np.unique(prompts, return_inverse=True)
+    kept = np.asarray([target_prompt(spec, int(p)) for p in lengths.tolist()], dtype=np.int64)
+    result: NDArray[np.int64] = kept[at].reshape(np.shape(prompts))
+    return result

@@ -154,3 +154,18 @@ def test_a_default_step_below_the_slots_says_why() -> None:
         "tokens reserves 128 KV pages of 64 tokens"
     )
     assert "pool holds 8,320" in lines[1]
+
+
+def test_a_default_step_below_the_slots_says_why_in_its_json() -> None:
+    """``--json`` carries the console's line as ``batch_note``; a step whose batch was
+    given, or that runs every slot, has none."""
+    args = ["step", DEEPSEEK_H100, "--set", "serving.batch_slots=256", "--json"]
+    data = json.loads(CliRunner().invoke(cli, args).output)
+    assert data["batch"] == 65
+    assert data["batch_note"].startswith(
+        "batch 65, not the workload's 256 serving.batch_slots: a sequence of 8,192 cached"
+    )
+    given = json.loads(CliRunner().invoke(cli, [*args, "--batch", "65"]).output)
+    assert given["batch"] == 65 and "batch_note" not in given
+    whole = json.loads(CliRunner().invoke(cli, [*args[:2], "--json"]).output)
+    assert "batch_note" not in whole

@@ -130,3 +130,27 @@ def test_a_set_hardware_field_is_named_with_its_override() -> None:
     assert ran.exit_code == 2
     assert "hw.socket.pcu.count: kernel 'decoder' has 19 stages" in ran.output
     assert ran.output.rstrip().endswith("(from --set hw.socket.pcu.count)")
+
+
+def test_every_override_of_a_blamed_hardware_field_is_named() -> None:
+    """Two ``--set hw.`` overrides of the fields a kernel's refusal blames: the second (the
+    usable fraction that leaves 10 PCUs and PMUs for 19 stages) is named too, not only the
+    first (a PCU count the file already had)."""
+    overrides = ["hw.socket.pcu.count=1040", "hw.socket.usable_fraction=0.01"]
+    ran = CliRunner().invoke(cli, ["step", LLAMA_8S, *(a for o in overrides for a in ("--set", o))])
+    assert ran.exit_code == 2, ran.output
+    assert "kernel 'decoder' has 19 stages" in ran.output
+    assert ran.output.rstrip().endswith(
+        "(from --set hw.socket.pcu.count, --set hw.socket.usable_fraction)"
+    )
+
+
+def test_a_hardware_field_is_located_by_the_lines_read_at_load(tmp_path: Path) -> None:
+    """The refusal's line is the hardware file's as loaded: a file changed on disk after
+    loading does not move it (the file was read again to locate it)."""
+    workload = _bad_hardware(tmp_path, "  pcu:\n    count: 2\n")
+    scenario = api.load(workload)
+    (tmp_path / "hw.yaml").write_text(f"# moved\n\n{(tmp_path / 'hw.yaml').read_text()}")
+    with pytest.raises(CapacityError) as caught:
+        api.step(scenario)
+    assert "hw.yaml:5: socket.pcu.count: kernel 'decoder' has 19 stages" in str(caught.value)

@@ -616,6 +616,20 @@ def _with_stderr(stderr: int, *args: str) -> tuple[int, str]:
     return proc.returncode, stdout
 
 
+def _with_failing_stderr(where: str, *args: str) -> tuple[int, str]:
+    """Run the CLI with standard error ``full`` (/dev/full) or ``gone`` (a pipe whose
+    reader left); its status and stdout."""
+    if where == "full":
+        with open("/dev/full", "w") as full:
+            return _with_stderr(full.fileno(), *args)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return _with_stderr(write, *args)
+    finally:
+        os.close(write)
+
+
 @pytest.mark.parametrize("where", ["full", "gone"])
 def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
     tmp_path: Path, where: str
@@ -628,22 +642,36 @@ def test_a_sweep_whose_stderr_fails_runs_and_exports_and_says_so_by_its_status(
     warning is lost: never 1), 141 for a reader that left (as for stdout's)."""
     path, db, out = spec(tmp_path, SYNTHETIC), tmp_path / "r.sqlite", tmp_path / "x.csv"
     args = ("sweep", str(path), "--db", str(db), "--workers", "1", "--export", str(out))
-    if where == "full":
-        with open("/dev/full", "w") as full:
-            status, stdout = _with_stderr(full.fileno(), *args)
-    else:
-        read, write = os.pipe()
-        os.close(read)
-        try:
-            status, stdout = _with_stderr(write, *args)
-        finally:
-            os.close(write)
+    status, stdout = _with_failing_stderr(where, *args)
     assert status == (2 if where == "full" else 141), stdout
     assert "ran 8 points" in stdout and f"wrote 8 rows to {out}" in stdout
     with out.open(newline="") as rows:
         assert len(list(csv.reader(rows))) == 1 + 8
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM results").fetchone() == (8,)
+
+
+@pytest.mark.parametrize("where", ["full", "gone"])
+def test_a_calibration_whose_stderr_fails_fits_and_writes_and_says_so_by_its_status(
+    tmp_path: Path, where: str
+) -> None:
+    """Standard error that cannot take the progress line of each evaluation: the fit goes
+    on, its overlay, fit.json and stdout's JSON are written, and the status says what was
+    lost (2 for a full stderr, 141 for a reader that left), as a sweep's does. The line
+    went to Python's stderr unguarded: the fit stopped at its first evaluation."""
+    rows = [f"sn40l,llama-3.2-1b,1,{b},64,{o},e2e_s,{0.01 * o}" for b, o in ((1, 16), (2, 8))]
+    measured = tmp_path / "m.csv"
+    head = "hardware,model,tp,batch,input_tokens,output_tokens,metric,measured"
+    measured.write_text("\n".join([head, *rows]) + "\n")
+    out = tmp_path / "fitted"
+    fit = "sambastack-2025:stack.host.serial_per_step=0:1ms"
+    args = ("calibrate", str(measured), "--fit", fit, "--max-evaluations", "1")
+    args += ("-o", str(out), "--json")
+    status, stdout = _with_failing_stderr(where, *args)
+    assert status == (2 if where == "full" else 141), stdout
+    fitted = json.loads(stdout)
+    assert fitted["evaluations"] >= 1
+    assert {"fit.json", *fitted["files"]} <= {p.name for p in out.iterdir()}
 
 
 def test_stdout_closed() -> None:

@@ -96,6 +96,16 @@ def test_a_runtime_in_a_hardware_file_says_where_it_went(tmp_path: Path) -> None
     assert "old.yaml" in out and "belongs to a serving stack" in out and "stack:" in out
 
 
+def test_a_runtime_in_a_hardware_file_is_refused_at_its_field_and_line(tmp_path: Path) -> None:
+    """``runtime:`` is a field problem (file, line, field), as any other field's: not the
+    file's first line without a field."""
+    old = tmp_path / "old.yaml"
+    old.write_text("extends: sn40l-8\nname: old\nruntime:\n  step_overhead: 1 ms\n")
+    code, out = _check(old)
+    assert code == 2 and "Traceback" not in out
+    assert f"error: {old}:3: runtime: belongs to a serving stack, not to the hardware" in out
+
+
 def test_a_stack_for_the_other_kind_of_hardware_is_refused(tmp_path: Path) -> None:
     data = {**yaml.safe_load(WORKLOAD.read_text()), "hardware": "sn40l", "stack": "tensorrt-llm"}
     workload = _write(tmp_path / "w.yaml", data)

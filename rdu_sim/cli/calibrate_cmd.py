@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import click
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.options import check_count, overlays_option, overrides_option, workers_option
+from rdu_sim.diagnostics import STDERR
 
 if TYPE_CHECKING:
     from rdu_sim.validate.calibrate import Evaluation
@@ -144,7 +144,7 @@ def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]
         f"evaluation {evaluation.number}: {shown}: median |error| "
         f"{human.percent(evaluation.median_abs_error)} ({evaluation.simulated} simulated, "
         f"{evaluation.cached} cached, {evaluation.seconds:.1f} s)",
-        file=sys.stderr,
+        file=STDERR,  # (a full or closed stderr loses the line, not the fit)
     )
 
 
@@ -606,7 +606,7 @@ def command(
         f"of parameters) and {result.evaluations - result.steps} for slopes; "
         f"{human.count(result.simulated, 'simulation')} ({result.cached} from the cache) "
         f"in {result.seconds:.1f} s",
-        file=sys.stderr,
+        file=STDERR,  # (a full or closed stderr loses the line, not the fit)
     )
     if as_json:
         click.echo(json.dumps(document))

@@ -44,6 +44,7 @@ from rdu_sim.config import json_text
 from rdu_sim.config.errors import WriteError
 from rdu_sim.config.show import shown
 from rdu_sim.config.yaml_io import MAX_DEPTH, file_problem, read_text_file
+from rdu_sim.diagnostics import STDERR
 from rdu_sim.interrupts import keeps_on_stop
 from rdu_sim.report.files import REQUESTS_FILE, RESULT_FILE, TIMESERIES_FILE
 
@@ -187,7 +188,7 @@ def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any
         if not keep_failed:
             if not done.all():
                 failed = human.count(int((~done).sum()), "failed point")
-                click.echo(f"note: {failed} of {len(frame)} not drawn", err=True)
+                print(f"note: {failed} of {len(frame)} not drawn", file=STDERR)
             attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
             frame = frame[done]
             frame.attrs.update(attrs)

@@ -33,6 +33,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
 from rdu_sim.config.loader import read_yaml
+from rdu_sim.diagnostics import console_file
 from rdu_sim.interrupts import deferred, keeps_on_stop, kept_on_stop
 from rdu_sim.provenance import input_files
 from rdu_sim.report.console import print_report, utilization_line
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 @contextmanager
 def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A `progress(done, total)` callback drawing a bar on stderr, or None when disabled."""
-    console = Console(stderr=True)
+    console = Console(file=console_file())  # (guarded: ``diagnostics``)
     if not enabled or not console.is_terminal:
         yield None
         return

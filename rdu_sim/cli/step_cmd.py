@@ -37,7 +37,9 @@ batch slots or the step's batch when larger, as a served step of that batch runs
 says on a ``weights`` line when any are in DDR), ``bound`` (``report.bound``: each
 resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the
 overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
-explains), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
+explains), for a default decode step of fewer sequences than the batch slots
+``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
+console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
 hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a
 ``pipeline`` and a ``hand-offs`` line), and for a MoE step under static expert loading
 ``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
@@ -544,11 +546,8 @@ def command(
         if data["memory"]["weights_ddr_bytes"] > 0:
             weights = _weights_line(data, api.resolve_batch_slots(scenario, backend)[1])
         streams = experts.words() if experts is not None else None
-        if phase == "decode" and batch is None:  # the default batch, when below the slots
-            from rdu_sim.serving.backend import step_batch_note
-
-            prompt = step_batch_note(scenario, backend, context)  # under the header, as a
-            # default prefill's prompt is
+        if report.batch_note is not None:  # under the header, as a default prefill's prompt
+            prompt = report.batch_note
         device = device_noun(scenario.hardware)
         repeated = repeated_parts(scenario, int(data["tp"]))
         _print_tables(

@@ -103,28 +103,25 @@ class HardwareCapacityError(CapacityError):
 
 
 def at_hardware(scenario: Scenario, exc: HardwareCapacityError) -> CapacityError:
-    """``exc`` located as the loader locates a field's problem: at the first of its fields
-    an override set (``Scenario.at_field``: the workload's file, the field and the --set that
-    gave it), else at the first ``hw.*`` one the hardware file itself sets (its file, line
-    and field), else at the hardware file and its first ``hw.*`` field (one the file it
-    extends set). The one rule of every command that compiles (run, step, check)."""
-    from pathlib import Path
-
-    from rdu_sim.config.errors import ConfigError, ConfigIssue
-    from rdu_sim.config.hardware_file import read_hardware
+    """``exc`` located as the loader locates a field's problem: when overrides set any of its
+    fields, at the first of those (``Scenario.at_field``: the workload's file and the field)
+    naming every override that set one of its fields (``--set hw.socket.pcu.count=4 --set
+    hw.socket.usable_fraction=0.001`` names both, the second the cause); else at the first
+    ``hw.*`` one the hardware file itself sets (its file, line and field: the lines read at
+    load, ``Scenario.hardware_lines``), else at the hardware file and its first ``hw.*``
+    field (one the file it extends set). The one rule of every command that compiles (run,
+    step, check)."""
+    from rdu_sim.config.errors import ConfigIssue
     from rdu_sim.config.overrides import override_for
 
     message = str(exc)
-    for field in exc.fields:
-        if override_for(field, scenario.overrides) is not None:
-            return CapacityError(scenario.at_field(field, message))
-    own = [f.removeprefix("hw.") for f in exc.fields if f.startswith("hw.")]
+    overridden = [f for f in exc.fields if override_for(f, scenario.overrides) is not None]
+    if overridden:
+        return CapacityError(scenario.at_field(overridden[0], message, exc.fields))
+    own = [tuple(f.removeprefix("hw.").split(".")) for f in exc.fields if f.startswith("hw.")]
     if not own:
         return exc
-    try:
-        lines = read_hardware(Path(scenario.hardware_file))[1]
-    except (ConfigError, OSError):  # a shipped name's file read as the scenario did
-        lines = {}
-    field = next((f for f in own if tuple(f.split(".")) in lines), own[0])
-    issue = ConfigIssue(scenario.hardware_file, field, message, lines.get(tuple(field.split("."))))
+    lines = scenario.hardware_lines
+    path = next((p for p in own if p in lines), own[0])
+    issue = ConfigIssue(scenario.hardware_file, ".".join(path), message, lines.get(path))
     return CapacityError(str(issue))

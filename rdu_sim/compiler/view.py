@@ -151,9 +151,9 @@ def compile_view(scenario: Scenario) -> CompileView:
 
     The KV policy is the scenario's (built from ``kv`` and ``serving.max_context`` alone, both
     kept), the draft is viewed the same way, and the file names, the overrides and the
-    workload's lines stay (the compiler's errors name the file and field, and the override
-    that set it), outside the digest: a result does not depend on them, and an error is
-    never shared.
+    workload's and hardware file's lines stay (the compiler's errors name the file, field
+    and line, or the override that set it), outside the digest: a result does not depend on
+    them, and an error is never shared.
     """
     paged = scenario.stack.kv_page_tokens is not None
     unread = UNREAD_WORKLOAD if paged else UNREAD_STATIC_WORKLOAD
@@ -182,5 +182,6 @@ def compile_view(scenario: Scenario) -> CompileView:
         draft=None if draft is None else draft.scenario,
         overrides=scenario.overrides,  # neither in the digest: what an error blames
         lines=scenario.lines,
+        hardware_lines=scenario.hardware_lines,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from rdu_sim import human
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.economics import CostConfig, PowerConfig
+from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import (
     MAX_BANDWIDTH,
     MAX_KERNEL_SECONDS,
@@ -310,11 +311,14 @@ class HardwareBase(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_runtime(cls, data: Any) -> Any:
+        """A hardware file's ``runtime:`` (where a stack's fields once were) is refused at
+        that field and its line (a ``FieldProblem``), with where they went."""
         if isinstance(data, Mapping) and "runtime" in data:
-            raise ValueError(
-                "'runtime:' belongs to a serving stack, not to the hardware: move its fields "
-                "to a stack file (the shipped ones are in stacks/, `rdu-sim examples`) and name "
-                "it with `stack:` in the workload or `default_stack:` here (docs/calibration.md)"
+            raise FieldProblem(
+                "runtime",
+                "belongs to a serving stack, not to the hardware: move its fields to a stack "
+                "file (the shipped ones are in stacks/, `rdu-sim examples`) and name it with "
+                "`stack:` in the workload or `default_stack:` here (docs/calibration.md)",
             )
         return data
 

@@ -212,24 +212,32 @@ def normalize_overrides(
         return {}
     if isinstance(overrides, Mapping):
         return {str(k): plain(v) for k, v in overrides.items()}
-    if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
-        # a str is iterable, one character at a time: each would be an override
+    return dict(
+        parse_override(item, item.source if isinstance(item, GivenText) else source)
+        for item in override_texts(overrides, "overrides", " or None")
+    )
+
+
+def override_texts(overrides: object, name: str, also: str = "") -> list[str]:
+    """The ``PATH=VALUE`` texts of an iterable of them, unparsed; a mapping is refused as
+    anything else (a caller that takes one reads it first). A bare string (iterable, a
+    character at a time: each would be an override), anything not iterable, or an item
+    that is no string is a TypeError naming ``name``, the argument (``also``: what else
+    it may be, `` or None``)."""
+    if isinstance(overrides, str | bytes | Mapping) or not isinstance(overrides, Iterable):
         raise TypeError(
-            f"overrides must be a mapping ({{'serving.requests': 8}}), an iterable of "
-            f"'field.path=value' strings (['serving.requests=8']) or None, not "
+            f"{name} must be a mapping ({{'serving.requests': 8}}), an iterable of "
+            f"'field.path=value' strings (['serving.requests=8']){also}, not "
             f"{type(overrides).__name__} {cut_middle(repr(overrides))}"
         )
     items = list(overrides)
     for item in items:
         if not isinstance(item, str):
             raise TypeError(
-                f"overrides: each of an iterable of overrides must be a 'field.path=value' "
+                f"{name}: each of an iterable of overrides must be a 'field.path=value' "
                 f"string, not {type(item).__name__} {cut_middle(repr(item))}"
             )
-    return dict(
-        parse_override(item, item.source if isinstance(item, GivenText) else source)
-        for item in items
-    )
+    return items
 
 
 def set_path(data: dict[str, Any], path: str, value: Any, source: str) -> None:

@@ -7,7 +7,8 @@ again (the compiler memoizes it: nothing is simulated twice). :meth:`StepReport.
 is ``StepTiming.to_dict()`` plus what the step's program and workload say of it:
 ``memory`` (the plan it ran on), ``model_flops`` and ``model_flops_fraction``
 (``compiler.step_work``), ``experts`` (a MoE step's routed experts), ``prompt`` (which
-prompt a default prefill step times), ``bound`` (``report.bound``), ``layout``,
+prompt a default prefill step times), ``batch_note`` (why a default decode step runs fewer
+sequences than the batch slots), ``bound`` (``report.bound``), ``layout``,
 ``batch_of``, ``kv_layout``, the workload, model, hardware and stack names, and
 ``provenance``. Every key is described in ``rdu_sim/cli/step_cmd.py``'s docstring.
 """
@@ -29,7 +30,7 @@ from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import step_bound
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.backend import EngineBackend, step_batch
+from rdu_sim.serving.backend import EngineBackend, step_batch, step_batch_note
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import (
     default_step_shape,
@@ -44,13 +45,16 @@ __all__ = ["StepReport", "memory_plan", "prompt_words", "step_report"]
 @dataclass(frozen=True)
 class StepReport:
     """A simulated step (``cost``, its ``timing``), the compiled ``program`` it ran and, for
-    a default prefill step, which prompt it times (``prompt``, :func:`prompt_words`)."""
+    a default prefill step, which prompt it times (``prompt``, :func:`prompt_words`); for a
+    default decode step of fewer sequences than the batch slots, why (``batch_note``: its
+    paged pool holds no more, ``serving.backend.step_batch_note``)."""
 
     scenario: Scenario
     cost: StepCost
     timing: StepTiming
     program: Program
     prompt: str | None = None
+    batch_note: str | None = None
 
     @property
     def experts(self) -> ExpertStreams | None:
@@ -73,6 +77,8 @@ class StepReport:
             data["experts"] = experts.to_dict()
         if self.prompt is not None:
             data["prompt"] = self.prompt
+        if self.batch_note is not None:
+            data["batch_note"] = self.batch_note
         bound = step_bound(timing, scenario.hardware)
         layout = scenario.workload.parallelism.layout()
         data.update(
@@ -115,7 +121,9 @@ def step_report(
     program = backend.compiler(scenario).program(shape)
     default_prefill = phase == "prefill" and tokens is None and context is None
     prompt = prompt_words(scenario) if default_prefill else None
-    return StepReport(scenario, cost, cost.detail, program, prompt)
+    default_decode = phase == "decode" and batch is None
+    note = step_batch_note(scenario, backend, context) if default_decode else None
+    return StepReport(scenario, cost, cost.detail, program, prompt, note)
 
 
 def memory_plan(placement: Placement) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.buckets import program_rows, prompt_bucket
 from rdu_sim.serving.requests import RequestSet, clip_to_context, typical_prompt
 from rdu_sim.sim_warnings import RduSimWarning, warn
-from rdu_sim.speculation import target_prompt
+from rdu_sim.speculation import target_prompts
 
 SLOTS_PER_UNIT = 40_000
 """Batch slots whose per-change array updates cost about as much as one state change."""
@@ -261,17 +261,13 @@ def check_pool(
 ) -> None:
     """A ConfigError at ``serving.max_context`` when a request's reservation
     (``kv.paged.PagedKV.request_pages``; requests of ``prompts`` and ``outputs`` tokens, of
-    the prompt the tokens the target caches: ``speculation.target_prompt``)
+    the prompt the tokens the target caches: ``speculation.target_prompts``)
     exceeds a paged KV cache's whole pool on a server of ``role``: the scheduler could
     never admit it (the run is refused before simulating, nothing lost). A lone run and
     each pool of a cluster ask."""
     if pool is None or not len(prompts):
         return
-    spec = scenario.workload.speculation
-    if spec is not None and spec.prefill is not None:  # the target caches the kept tokens
-        lengths_of, at = np.unique(prompts, return_inverse=True)
-        kept = [target_prompt(spec, int(prompt)) for prompt in lengths_of.tolist()]
-        prompts = np.asarray(kept, dtype=np.int64)[at]
+    prompts = target_prompts(scenario.workload.speculation, prompts)  # (the kept tokens)
     lengths = zip(prompts.tolist(), outputs.tolist(), strict=True)
     need = {pair: pool.request_pages(*pair, role) for pair in set(lengths)}  # each length once
     most = max(need.values())

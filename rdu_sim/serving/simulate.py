@@ -23,6 +23,7 @@ from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.server import Progress, Server, ServerConfig
 from rdu_sim.serving.speculative import Speculation
 from rdu_sim.serving.step_cache import StepCache
+from rdu_sim.speculation import target_prompts
 
 
 def serve(
@@ -41,11 +42,7 @@ def serve(
     target, kind, rates = None, "", None
     if speculation is not None:
         kind = "decoding" if speculation.config.decoding is not None else "prefill"
-        target = np.fromiter(
-            (speculation.target_prompt(int(p)) for p in prompts),
-            dtype=np.int64,
-            count=len(prompts),
-        )
+        target = target_prompts(speculation.config, prompts)
         rates = speculation.rates
     records = ServingRecords(
         prompts, _read_only(requests.output_tokens), target, kind, acceptance_rates=rates

@@ -65,6 +65,7 @@ class Slots:
         self.occupied = 0
         self._empty = list(range(n))  # a heap of the empty slots' indices
         self.steps_done = 0  # decode steps run so far (rounds, for speculative slots)
+        self.most = 1  # tokens a slot's cache grows at most a step (k + 1 a speculative round)
         self._due: list[tuple[int, int, int]] = []  # heap: (finish step, slot, request)
         self._capped = np.zeros(n, dtype=np.int64)  # scratch: each slot's capped cache
         self._cap_bound = 0  # >= every slot's cap (raised as slots start, lowered when read)
@@ -205,15 +206,16 @@ class Slots:
         return -(-int(capped.sum()) // self.decoding)
 
     def steps_in_mean_run(self, bucket: int, mean: int) -> int:
-        """Decode steps until the next completion or until the mean cache (``mean`` now, at
-        most ``bucket``) may outgrow ``bucket``: a sequence grows at most a token a step, so
-        the rounded-up mean does too, and stays within it for ``bucket - mean + 1`` steps;
-        never, when no cap exceeds the bucket (saturated slots: SnapStream, StreamingLLM)."""
+        """Decode steps (rounds, for speculative slots) until the next completion or until
+        the mean cache (``mean`` now, at most ``bucket``) may outgrow ``bucket``: a sequence
+        grows at most ``most`` tokens a step, so the rounded-up mean does too, and stays
+        within it for ``(bucket - mean) // most + 1`` steps; never, when no cap exceeds the
+        bucket (saturated slots: SnapStream, StreamingLLM)."""
         steps = self._next_finish() - self.steps_done
         if self._cap_bound > bucket:  # a slot may outgrow the bucket: the caps decide
             self._cap_bound = int(_max(self.cap))
         if self._cap_bound > bucket:
-            steps = min(steps, bucket - mean + 1)
+            steps = min(steps, (bucket - mean) // self.most + 1)
         return steps
 
     def _next_finish(self) -> int:

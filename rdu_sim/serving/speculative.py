@@ -81,25 +81,13 @@ class RoundSlots(Slots):
 
     def steps_in_run(self, bucket: int) -> int:
         """Rounds until the next completion or until the longest cache outgrows ``bucket``."""
-        mask = self.phase == DECODING
-        steps = int(self.finish[mask].min()) - self.steps_done
-        for slot in np.flatnonzero(mask & (self.cap > bucket)):
+        steps = self._next_finish() - self.steps_done  # (the completion heap's top)
+        for slot in np.flatnonzero((self.phase == DECODING) & (self.cap > bucket)):
             # the first round j whose cache, first_cache + emitted(j), exceeds the bucket
             room = bucket - int(self.first_cache[slot])
             crossing = int(np.searchsorted(self.emitted_after[slot], room, side="right")) + 1
             if crossing <= len(self.emitted_after[slot]):
                 steps = min(steps, crossing - int(self.rounds_done[slot]))
-        return steps
-
-    def steps_in_mean_run(self, bucket: int, mean: int) -> int:
-        """Rounds until the next completion or until the mean cache (``mean`` now, at most
-        ``bucket``) may outgrow ``bucket`` (a runtime that reads each sequence's own pages,
-        ``Slots.steps_in_mean_run``): a sequence grows at most ``most`` tokens a round, so
-        the rounded-up mean does too, and stays within the bucket for
-        ``(bucket - mean) // most + 1`` rounds; never, when no cap exceeds the bucket."""
-        steps = int(self.finish[self.phase == DECODING].min()) - self.steps_done
-        if int(self.cap.max()) > bucket:
-            steps = min(steps, (bucket - mean) // self.most + 1)
         return steps
 
     def emitted(self, steps: int) -> int:

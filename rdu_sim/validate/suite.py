@@ -41,10 +41,10 @@ from rdu_sim.config.overrides import (
     SUITE,
     given,
     normalize_overrides,
+    override_texts,
     set_fields,
     written_value,
 )
-from rdu_sim.config.show import cut_middle
 from rdu_sim.interrupts import (
     Interrupted,
     blocked,
@@ -335,24 +335,12 @@ def suite_overrides(overrides: Iterable[str] | Mapping[str, Any], name: str) -> 
     """The caller's overrides as the suite's texts (``PATH=VALUE``, each marked as given at
     ``overrides``, the API's argument, unless it says where: the CLI's ``--set``): a mapping
     (``{"serving.requests": 8}``, as ``api.run`` takes) or a sequence of texts; a bare
-    string (read a character at a time) or anything else is a TypeError naming ``name``."""
-    if isinstance(overrides, str | bytes) or not isinstance(overrides, Mapping | Iterable):
-        raise TypeError(
-            f"{name} must be a mapping ({{'serving.requests': 8}}) or a sequence of "
-            f"'field.path=value' strings (['serving.requests=8']), not "
-            f"{type(overrides).__name__} {cut_middle(repr(overrides))}"
-        )
+    string (read a character at a time) or anything else is a TypeError naming ``name``
+    (``config.overrides.override_texts``, the check ``normalize_overrides`` makes)."""
     if isinstance(overrides, Mapping):
         values = normalize_overrides(overrides, API)
         return given([f"{path}={written_value(v)}" for path, v in values.items()], API)
-    texts = list(overrides)
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(
-                f"{name}: each of a sequence of overrides must be a 'field.path=value' "
-                f"string, not {type(text).__name__} {cut_middle(repr(text))}"
-            )
-    return given(texts, API)
+    return given(override_texts(overrides, name), API)
 
 
 R = TypeVar("R")
