@@ -48,6 +48,8 @@ __all__ = [
     "lookup",
     "names",
     "qualified_name",
+    "register_in",
+    "unknown",
 ]
 
 VARIABLE = "RDU_SIM_PLUGINS"
@@ -91,6 +93,19 @@ def enroll(kind: str, registry: dict[str, T], name: str, policy: T) -> None:
             f"{qualified_name(policy)} is another)"
         )
     registry[name] = policy
+
+
+def register_in(kind: str, registry: dict[str, Any], name: str, policy: Any = None) -> Any:
+    """A registry's ``register``, in both forms: ``register(name, Cls)`` registers ``Cls``
+    and returns it; ``register(name)`` returns the decorator that does (``@register(name)``).
+    The one rule either way (:func:`enroll`); each registry's ``register`` types the two
+    forms (overloads)."""
+
+    def decorate(each: Any) -> Any:
+        enroll(kind, registry, name, each)
+        return each
+
+    return decorate if policy is None else decorate(policy)
 
 
 def lookup(registry: Mapping[str, T], name: str) -> T | None:
@@ -143,6 +158,17 @@ def load() -> None:
                 f"{source}: plugin module {module!r} failed to import: {detail}"
             ) from exc
         _loaded.add(module)
+
+
+def unknown(kind: str, name: str, valid: list[str]) -> str:
+    """The error of a name no registry of ``kind`` holds: the names it holds, and where a
+    policy of one's own is looked for (a checked file's ``unknown batching policy``, ``unknown
+    router``)."""
+    return (
+        f"unknown {kind} {name!r}; valid: {', '.join(valid)} (one of your own is found when "
+        f"{VARIABLE}=module, on PYTHONPATH, or an entry point of the group "
+        f"{ENTRY_POINTS!r} names the module that registers it)"
+    )
 
 
 ELSEWHERE = (

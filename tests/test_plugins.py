@@ -58,6 +58,18 @@ def doc_block(doc: str, first_line: str) -> str:
     raise AssertionError(f"no block starting {first_line!r} in docs/{doc}")
 
 
+def import_doc_module(folder: Path, doc: str, name: str) -> None:
+    """Import the block of ``docs/<doc>`` that starts ``# <name>.py`` as module ``name``,
+    written to ``folder`` (its registrations stay; the module is forgotten after)."""
+    (folder / f"{name}.py").write_text(doc_block(doc, f"# {name}.py"))
+    sys.path.insert(0, str(folder))
+    try:
+        importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
 @pytest.fixture
 def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """The registries as they are, restored after the test (it registers its own)."""
@@ -492,14 +504,7 @@ def test_the_docs_router_gets_the_clusters_seed(tmp_path: Path, registries: None
     cluster's traffic.seed (the front pool's router the seed, the decode pool's the next),
     the same seed the same routing, every request served; its code in the run's
     provenance."""
-    module = tmp_path / "p2c.py"
-    module.write_text(doc_block("cluster.md", "# p2c.py"))
-    sys.path.insert(0, str(tmp_path))
-    try:
-        importlib.import_module("p2c")
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("p2c", None)
+    import_doc_module(tmp_path, "cluster.md", "p2c")
     seeds: list[int] = []
     factory = routers_base._REGISTRY["p2c"]
 

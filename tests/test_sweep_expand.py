@@ -209,7 +209,7 @@ def test_unknown_batching_policy_fails_before_anything_runs(tmp_path: Path) -> N
     assert "1 of 2 points are invalid; nothing was run" in str(info.value)
     (blamed,) = [i for i in info.value.issues if i.field == "axes.serving.prefill_priority"]
     assert blamed.line == 3 and "unknown batching policy 'decode_frist'" in blamed.message
-    assert "valid: decode_first, prefill_first" in blamed.message
+    assert "valid: aging_spf, decode_first, prefill_first" in blamed.message
     with pytest.raises(ConfigError, match="decode_frist"):
         check_spec(spec)
 

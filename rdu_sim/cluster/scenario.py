@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdu_sim import plugins
 from rdu_sim.cluster.routers import router_factory, router_names
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import ClusterConfig, Role
@@ -301,10 +302,8 @@ def build_cluster(
     except ConfigError as exc:
         raise overridden(exc, file, normalized) from None
     if router_factory(config.router.policy) is None:  # the registry is the one list of names
-        valid = ", ".join(router_names())
-        error = _error(
-            file, lines, "router.policy", f"unknown router {config.router.policy!r}; valid: {valid}"
-        )
+        unknown = plugins.unknown("router", config.router.policy, router_names())
+        error = _error(file, lines, "router.policy", unknown)
         raise overridden(error, file, normalized)
     origins = set_origins or {}
     pools = tuple(_pool(file, lines, name, p, origins) for name, p in config.pools.items())

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from numbers import Integral
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,10 @@ from rdu_sim.serving.lockstep import Ranks, drive_in_lockstep
 from rdu_sim.serving.records import ServingRecords
 
 Progress = Callable[[int, int], None]
+
+
+_queued_tokens = attrgetter("queued_tokens")
+_occupied = attrgetter("occupied")
 
 
 @dataclass(frozen=True)
@@ -93,12 +98,22 @@ class ReplicaGroup:
         replicas: list[Replica],
         board: LoadBoard,
         prefixes: PrefixIndex,
+        serving: ServingRecords,
     ) -> None:
         """``board`` and ``prefixes``: where the replicas' servers and prefix caches report
-        (the replica at position ``i`` as member ``i``)."""
+        (the replica at position ``i`` as member ``i``); ``serving``: the run's records (each
+        request's prompt and output lengths)."""
         self.loop = loop
         self.replicas = replicas
         self.board = board
+        # what the queue and slot views read, in member order: each replica's scheduler (its
+        # queue's tokens), queue and slots, the objects that track them (made once, kept)
+        self._schedulers = [replica.server.scheduler for replica in replicas]
+        self._queues = [scheduler.queue for scheduler in self._schedulers]
+        self._slots = [scheduler.slots for scheduler in self._schedulers]
+        self._slot_counts = np.array([slots.n for slots in self._slots], dtype=np.int64)
+        self._prompts = serving.prompt_tokens.data
+        self._outputs = serving.output_tokens.data
         self._published = isinstance(board, PublishedBoard)
         self.prefixes = prefixes
         pools: dict[int, CachingPool] = {}  # by the pool's runtime
@@ -114,6 +129,32 @@ class ReplicaGroup:
     def outstanding_tokens(self) -> NDArray[np.int64]:
         """Every replica's load now, in tokens (one vectorised rule, ``serving.load``)."""
         return self.board.tokens(self.loop.now)
+
+    def queued_tokens(self) -> NDArray[np.int64]:
+        """Every replica's waiting requests' prompt tokens now (``Scheduler.queued_tokens``)."""
+        return np.fromiter(map(_queued_tokens, self._schedulers), np.int64, len(self.replicas))
+
+    def queue_lengths(self) -> NDArray[np.int64]:
+        """Every replica's requests waiting for a slot now (its scheduler's queue)."""
+        return np.fromiter(map(len, self._queues), np.int64, len(self.replicas))
+
+    def running_slots(self) -> NDArray[np.int64]:
+        """Every replica's slots holding a request now (``Slots.occupied``)."""
+        return np.fromiter(map(_occupied, self._slots), np.int64, len(self.replicas))
+
+    def free_slots(self) -> NDArray[np.int64]:
+        """Every replica's slots free now."""
+        return self._slot_counts - self.running_slots()
+
+    def prompt_tokens(self, request: int) -> int:
+        """``request``'s prompt tokens."""
+        prompt: int = self._prompts[request]
+        return prompt
+
+    def output_tokens(self, request: int) -> int:
+        """``request``'s output tokens (the trace's: an oracle no production router has)."""
+        output: int = self._outputs[request]
+        return output
 
     def sent(self, member: int, request: int) -> None:
         """The router sent ``request`` to ``member``: the tokens its server will count on
@@ -239,7 +280,7 @@ class Cluster:
                     if len(ranks) == runtime.ranks:
                         self._lockstep(ranks)
                         ranks = []
-        return ReplicaGroup(self.loop, members, board, prefixes)
+        return ReplicaGroup(self.loop, members, board, prefixes, self.serving)
 
     def _lockstep(self, ranks: Sequence[Replica]) -> None:
         """One replica's attention ranks step together (``serving.lockstep``)."""

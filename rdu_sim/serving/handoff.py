@@ -72,8 +72,9 @@ class HandOff:
         """The scheduler's calls: ``tell()`` when a transfer ended (its driver wakes or cuts
         the run), ``start_received(slot, request)`` when a received request decodes,
         ``leaves(request, generated)`` when a request's KV cache was sent on (its KV memory
-        returns), ``reserves(request)`` to take a request's KV memory, False (nothing
-        taken) while the free memory does not hold it."""
+        returns), ``reserves(request)`` to take the queue's head's KV memory (True: it
+        leaves the queue, popped next), False (nothing taken) while the free memory does not
+        hold it."""
         self.tell = tell
         self.start_received = start_received
         self.leaves = leaves

@@ -271,7 +271,11 @@ class Scheduler(Driven):
         self.slots = policies.rounds.slots(config.batch_slots)
         policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
-        self._waiting = QueueView(self.queue, self._prompts)  # what ``admit_from`` reads
+        # the prompt tokens of the requests in ``queue`` (a router's ``queued_tokens``),
+        # changed where the queue is: ``enqueue``, ``_admit``, ``reserves``
+        self.queued_tokens = 0
+        # what ``admit_from`` reads (the records' arrival times: set before ``enqueue``)
+        self._waiting = QueueView(self.queue, self._prompts, records.arrival_ps.data, clock)
         self._after_prefill = False  # the step that ended last was prefill work
         self._bucket = 0
         self._bucket_from = 1  # longest caches from here to ``_bucket`` run at ``_bucket``
@@ -302,6 +306,7 @@ class Scheduler(Driven):
         when a decision at the same instant writes one anyway, replacing it)."""
         self.load.add(self.arrival_tokens(request))
         self.queue.append(request)
+        self.queued_tokens += self._prompts[request]
         if record and self._series is not None:
             self.record(now)
 
@@ -337,11 +342,13 @@ class Scheduler(Driven):
     def reserves(self, request: int) -> bool:
         """Take ``request``'s KV memory now if the free memory holds it (a decode replica's
         hand-off asks before it reserves a slot: the pool's pages, as an admission takes
-        them); False, nothing taken, otherwise. :meth:`leaves` returns it."""
+        them); False, nothing taken, otherwise. :meth:`leaves` returns it. True: ``request``
+        (the queue's head) leaves the queue for the slot (the hand-off pops it next)."""
         prompt, output = self._prompts[request], self._outputs[request]
         if not self.kv.fits(request, prompt, output):
             return False
         self.kv.take(request, prompt, output, self.clock.now)
+        self.queued_tokens -= prompt
         return True
 
     def cuttable(self, steps: int) -> bool:
@@ -566,6 +573,7 @@ class Scheduler(Driven):
         self._admit_ps[request] = now
         self._slot_of[request] = slot
         prompt = self._prompts[request]
+        self.queued_tokens -= prompt
         # a prefix cache pins the prompt's cached leading blocks first: a paged pool
         # reserves the rest (``serving.kv_pool``)
         skipped = self.handoff.admitted(request, prompt)

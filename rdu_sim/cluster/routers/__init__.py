@@ -8,7 +8,12 @@ Each shipped router is one small module beside this file; one written outside rd
 registers from a plugin module (``rdu_sim.plugins``), loaded when a name is not found here.
 """
 
-from rdu_sim.cluster.routers import least_outstanding, prefix_aware, round_robin  # noqa: F401
+from rdu_sim.cluster.routers import (  # noqa: F401
+    least_outstanding,
+    least_queued,
+    prefix_aware,
+    round_robin,
+)
 from rdu_sim.cluster.routers.base import (
     PoolState,
     Router,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,6 +32,38 @@ class PoolState(Protocol):
         a cache)."""
         ...
 
+    # The queue and the slots, per replica, read exact at the arrival instant from each
+    # replica's scheduler (what tracks them) whatever ``router.load_refresh``, which delays
+    # only ``outstanding_tokens``, the load a router scrapes. Each a new array, from a Python
+    # loop over the replicas (~25 ns a replica: ~25 us a read of 1,024).
+
+    def queued_tokens(self) -> NDArray[np.int64]:
+        """Per replica: the prompt tokens of its requests waiting for a slot (not yet
+        prefilling: the part of ``outstanding_tokens`` no slot has started)."""
+        ...
+
+    def queue_lengths(self) -> NDArray[np.int64]:
+        """Per replica: its requests waiting for a slot."""
+        ...
+
+    def running_slots(self) -> NDArray[np.int64]:
+        """Per replica: its batch slots holding a request (prefilling, decoding, holding a KV
+        cache being sent, or reserved for one being received)."""
+        ...
+
+    def free_slots(self) -> NDArray[np.int64]:
+        """Per replica: its batch slots free (its ``batch_slots`` less the running ones)."""
+        ...
+
+    def prompt_tokens(self, request: int) -> int:
+        """``request``'s prompt tokens (a router knows the prompt it routes)."""
+        ...
+
+    def output_tokens(self, request: int) -> int:
+        """``request``'s output tokens, from the trace: an oracle no production router has
+        (for studies of length-aware routing, or of a predictor's value)."""
+        ...
+
 
 class Router(Protocol):
     """Picks the replica of a pool that takes a request."""
@@ -50,16 +82,24 @@ draws at random does. A class attribute ``reads_load = False`` says it reads no 
 _REGISTRY: dict[str, RouterFactory] = {}
 
 
-def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
-    """Register a router class (or factory) as ``router.policy: name``. A name is refused to
-    a class other than the one holding it; the same class again (module and name: a
-    reloaded plugin) replaces it."""
+@overload
+def register(name: str) -> Callable[[RouterFactory], RouterFactory]: ...
 
-    def decorate(factory: RouterFactory) -> RouterFactory:
-        plugins.enroll("router", _REGISTRY, name, factory)
-        return factory
 
-    return decorate
+@overload
+def register(name: str, factory: RouterFactory) -> RouterFactory: ...
+
+
+def register(
+    name: str, factory: RouterFactory | None = None
+) -> RouterFactory | Callable[[RouterFactory], RouterFactory]:
+    """Register a router class (or factory) as ``router.policy: name``: as a class decorator,
+    ``@register(name)``, or called, ``register(name, Cls)`` (as a batching policy's;
+    ``plugins.register_in``). A name is refused to a class other than the one holding it;
+    the same class again (module and name: a reloaded plugin) replaces it."""
+    registered: RouterFactory | Callable[[RouterFactory], RouterFactory]
+    registered = plugins.register_in("router", _REGISTRY, name, factory)
+    return registered
 
 
 def router_factory(name: str) -> RouterFactory | None:

@@ -6,7 +6,7 @@ beside this file, imported here (docs/architecture.md, "The serving level", adds
 step); a plugin's registers when its module is imported (``rdu_sim.plugins``).
 """
 
-from rdu_sim.serving.batching import decode_first, prefill_first, static  # noqa: F401
+from rdu_sim.serving.batching import aging_spf, decode_first, prefill_first, static  # noqa: F401
 from rdu_sim.serving.batching.base import (
     ADMIT,
     NO_PREFILL,

@@ -15,13 +15,15 @@ registered in ``__init__.py``; one written outside rdu-sim registers from a plug
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 from rdu_sim import plugins
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.native import mypyc_attr
 
 if TYPE_CHECKING:  # (numpy: a workload's check imports the registry without it)
+    from rdu_sim.serving.scheduler import Clock
     from rdu_sim.serving.slots import Slots
 
 ADMIT: Final = -1
@@ -73,17 +75,30 @@ class BatchingPolicy:
 
 
 class QueueView:
-    """The waiting requests as a policy reads them, oldest first: each one's request id and
-    prompt tokens (what the server prefills: the target's, under speculation). Read-only; it
-    reads the queue as it is when asked (the scheduler makes one, and keeps it)."""
+    """The waiting requests as a policy reads them, oldest first: each one's request id,
+    prompt tokens (what the server prefills: the target's, under speculation) and arrival
+    time, and the time now (integer picoseconds, the server's clock): what an aging policy
+    needs (a request's wait is ``queue.now - queue.arrival_ps(i)``). Read-only; it reads the
+    queue, the records and the clock as they are when asked (the scheduler makes one, and
+    keeps it: nothing is copied at a decision)."""
 
-    def __init__(self, queue: deque[int], prompts: memoryview) -> None:
+    def __init__(
+        self, queue: deque[int], prompts: memoryview, arrivals: memoryview, clock: Clock
+    ) -> None:
         self._queue = queue
         self._prompts = prompts
+        self._arrivals = arrivals
+        self._clock = clock
 
     def __len__(self) -> int:
         """Requests waiting."""
         return len(self._queue)
+
+    @property
+    def now(self) -> int:
+        """The decision's instant, in integer picoseconds (``serving.clock.PS_PER_S`` a
+        second)."""
+        return self._clock.now
 
     def request(self, position: int) -> int:
         """The request id at ``position`` (0: the oldest)."""
@@ -93,6 +108,12 @@ class QueueView:
         """The prompt tokens of the request at ``position``."""
         prompt: int = self._prompts[self._queue[position]]
         return prompt
+
+    def arrival_ps(self, position: int) -> int:
+        """When the request at ``position`` arrived (ps; a decode replica's: its arrival at
+        the cluster, before its prefill elsewhere), never after :attr:`now`."""
+        arrival: int = self._arrivals[self._queue[position]]
+        return arrival
 
 
 def chooses_admission(policy: BatchingPolicy) -> bool:
@@ -121,13 +142,26 @@ def has_work(slots: Slots, queued: int) -> bool:
 
 
 _REGISTRY: dict[str, type[BatchingPolicy]] = {}
+P = TypeVar("P", bound=BatchingPolicy)
 
 
-def register(name: str, policy: type[BatchingPolicy]) -> None:
-    """Register ``policy`` as ``serving.prefill_priority: name``. A name is refused to a
-    class other than the one holding it; the same class again (module and name: a
-    reloaded plugin, ``importlib.reload``) replaces it."""
-    plugins.enroll("batching policy", _REGISTRY, name, policy)
+@overload
+def register(name: str) -> Callable[[type[P]], type[P]]: ...
+
+
+@overload
+def register(name: str, policy: type[P]) -> type[P]: ...
+
+
+def register(name: str, policy: type[P] | None = None) -> type[P] | Callable[[type[P]], type[P]]:
+    """Register ``policy`` as ``serving.prefill_priority: name`` (returned), or, without
+    ``policy``, the class decorator that does (``@register(name)``, as a router's;
+    ``plugins.register_in``). A name is refused to a class other than the one holding it;
+    the same class again (module and name: a reloaded plugin, ``importlib.reload``)
+    replaces it."""
+    registered: type[P] | Callable[[type[P]], type[P]]
+    registered = plugins.register_in("batching policy", _REGISTRY, name, policy)
+    return registered
 
 
 def batching_class(name: str) -> type[BatchingPolicy] | None:
@@ -160,6 +194,6 @@ def check_batching(name: str, file: str, line: int | None = None) -> None:
         raise ConfigError.single(
             file,
             "serving.prefill_priority",
-            f"unknown batching policy {name!r}; valid: {', '.join(batching_names())}",
+            plugins.unknown("batching policy", name, batching_names()),
             line,
         )
