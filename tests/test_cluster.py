@@ -948,6 +948,24 @@ def test_run_cluster_report_renders(tmp_path: Path) -> None:
         assert words in result.output
 
 
+def test_a_cluster_out_removes_the_timeseries_an_earlier_single_run_left(tmp_path: Path) -> None:
+    """--out's files are one set (``files.OUT_SET``): a cluster's run writes no
+    timeseries.csv, so one a single run left in the folder is removed (plot occupancy read it
+    as the cluster's), and the `wrote` line says so; a single run's own set is whole."""
+    out = tmp_path / "mix"
+    out.mkdir()
+    (out / "timeseries.csv").write_text("time_s,occupied\n0,1\n")
+    cluster = str(write_cluster(tmp_path))
+    result = CliRunner().invoke(
+        cli, ["run", cluster, "--set", "traffic.requests=20", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "result.json"]
+    assert f"wrote {out}/result.json, requests.csv (removed an earlier run's timeseries.csv)" in (
+        result.output
+    )
+
+
 def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path: Path) -> None:
     """The policy's per-prompt answers are memoised once a pool, not once a replica (1,024
     replicas each holding the same answers cost cluster-million ~190 MiB): every replica's
