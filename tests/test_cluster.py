@@ -966,6 +966,33 @@ def test_a_cluster_out_removes_the_timeseries_an_earlier_single_run_left(tmp_pat
     )
 
 
+def test_plot_draws_a_clusters_latency_and_refuses_its_other_plots(tmp_path: Path) -> None:
+    """A cluster's --out: latency is drawn from its requests.csv (its text columns, status
+    and class, are not read as numbers); a replica's plots (occupancy, memory) are refused
+    in one line naming what takes a cluster and what to plot instead."""
+    out = tmp_path / "cl"
+    cluster = str(write_cluster(tmp_path))
+    ran = CliRunner().invoke(
+        cli, ["run", cluster, "--set", "traffic.requests=20", "--out", str(out)]
+    )
+    assert ran.exit_code == 0, ran.output
+    drawn = CliRunner().invoke(
+        cli, ["plot", "latency", str(out / "result.json"), "-o", str(tmp_path / "l.png")]
+    )
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "l.png").stat().st_size > 0
+    for kind in ("occupancy", "memory"):
+        refused = CliRunner().invoke(
+            cli, ["plot", kind, str(out / "result.json"), "-o", str(tmp_path / "x.png")]
+        )
+        assert refused.exit_code == 2
+        assert refused.output.count("\n") == 1 and "Traceback" not in refused.output
+        assert f"{out / 'result.json'}: a cluster's result; of the plots only latency" in (
+            refused.output
+        )
+        assert f"rdu-sim plot {kind} WORKLOAD" in refused.output
+
+
 def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path: Path) -> None:
     """The policy's per-prompt answers are memoised once a pool, not once a replica (1,024
     replicas each holding the same answers cost cluster-million ~190 MiB): every replica's
