@@ -966,6 +966,22 @@ def test_a_cluster_out_removes_the_timeseries_an_earlier_single_run_left(tmp_pat
     )
 
 
+def test_a_cluster_out_never_removes_one_of_its_inputs(tmp_path: Path) -> None:
+    """The timeseries.csv a cluster's --out would remove is its own trace: refused before
+    anything runs, the file kept."""
+    out = tmp_path / "o"
+    out.mkdir()
+    trace = out / "timeseries.csv"
+    shutil.copy(ROOT / "workloads" / "traces" / "chat-400.csv", trace)
+    cluster = str(ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml")
+    ran = CliRunner().invoke(
+        cli, ["run", cluster, "--set", f"traffic.trace={trace}", "--out", str(out)]
+    )
+    assert ran.exit_code == 2
+    assert f"{trace}: --out: is one of the run's inputs; write elsewhere" in ran.output
+    assert [p.name for p in out.iterdir()] == ["timeseries.csv"]
+
+
 def test_plot_draws_a_clusters_latency_and_refuses_its_other_plots(tmp_path: Path) -> None:
     """A cluster's --out: latency is drawn from its requests.csv (its text columns, status
     and class, are not read as numbers); a replica's plots (occupancy, memory) are refused
