@@ -702,6 +702,27 @@ def test_a_database_damaged_in_the_middle(swept: tuple[Path, Path]) -> None:
     clean_failure(invoke("plot", "throughput", db), str(db), "damaged")
 
 
+def test_a_damaged_page_behind_a_valid_header_is_refused_at_open(
+    swept: tuple[Path, Path],
+) -> None:
+    """A page of 0xff behind a valid header: SQLite's quick_check at open refuses it, naming
+    the file and the page, with the way out, before any point runs (it was found when the
+    sweep stored its first point, after simulating every one); a plot refuses it too."""
+    path, db = swept
+    data = bytearray(db.read_bytes())
+    assert len(data) >= 3 * 4096
+    data[8192 : 8192 + 4096] = b"\xff" * 4096
+    db.write_bytes(bytes(data))
+    more = spec(path.parent, SYNTHETIC.replace("[1, 2, 3, 4, 5, 6, 7, 8]", "[9, 10]"))
+    stderr = clean_failure(
+        invoke("sweep", more, "--db", db, "--no-progress"),
+        f"error: {db}: damaged (sqlite's quick_check: *** in database main *** Page 3: ",
+        "move it aside (or use another database file) and rerun",
+    )
+    assert "to run" not in stderr and "cannot store" not in stderr
+    clean_failure(invoke("plot", "sweep", db), "damaged (sqlite's quick_check", "move it aside")
+
+
 @pytest.mark.parametrize("table", ["results", "meta"])
 def test_a_foreign_results_table(tmp_path: Path, table: str) -> None:
     db = tmp_path / "other.sqlite"

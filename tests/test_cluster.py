@@ -948,6 +948,67 @@ def test_run_cluster_report_renders(tmp_path: Path) -> None:
         assert words in result.output
 
 
+def test_a_cluster_out_removes_the_timeseries_an_earlier_single_run_left(tmp_path: Path) -> None:
+    """--out's files are one set (``files.OUT_SET``): a cluster's run writes no
+    timeseries.csv, so one a single run left in the folder is removed (plot occupancy read it
+    as the cluster's), and the `wrote` line says so; a single run's own set is whole."""
+    out = tmp_path / "mix"
+    out.mkdir()
+    (out / "timeseries.csv").write_text("time_s,occupied\n0,1\n")
+    cluster = str(write_cluster(tmp_path))
+    result = CliRunner().invoke(
+        cli, ["run", cluster, "--set", "traffic.requests=20", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "result.json"]
+    assert f"wrote {out}/result.json, requests.csv (removed an earlier run's timeseries.csv)" in (
+        result.output
+    )
+
+
+def test_a_cluster_out_never_removes_one_of_its_inputs(tmp_path: Path) -> None:
+    """The timeseries.csv a cluster's --out would remove is its own trace: refused before
+    anything runs, the file kept."""
+    out = tmp_path / "o"
+    out.mkdir()
+    trace = out / "timeseries.csv"
+    shutil.copy(ROOT / "workloads" / "traces" / "chat-400.csv", trace)
+    cluster = str(ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml")
+    ran = CliRunner().invoke(
+        cli, ["run", cluster, "--set", f"traffic.trace={trace}", "--out", str(out)]
+    )
+    assert ran.exit_code == 2
+    assert f"{trace}: --out: is one of the run's inputs; write elsewhere" in ran.output
+    assert [p.name for p in out.iterdir()] == ["timeseries.csv"]
+
+
+def test_plot_draws_a_clusters_latency_and_refuses_its_other_plots(tmp_path: Path) -> None:
+    """A cluster's --out: latency is drawn from its requests.csv (its text columns, status
+    and class, are not read as numbers); a replica's plots (occupancy, memory) are refused
+    in one line naming what takes a cluster and what to plot instead."""
+    out = tmp_path / "cl"
+    cluster = str(write_cluster(tmp_path))
+    ran = CliRunner().invoke(
+        cli, ["run", cluster, "--set", "traffic.requests=20", "--out", str(out)]
+    )
+    assert ran.exit_code == 0, ran.output
+    drawn = CliRunner().invoke(
+        cli, ["plot", "latency", str(out / "result.json"), "-o", str(tmp_path / "l.png")]
+    )
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "l.png").stat().st_size > 0
+    for kind in ("occupancy", "memory"):
+        refused = CliRunner().invoke(
+            cli, ["plot", kind, str(out / "result.json"), "-o", str(tmp_path / "x.png")]
+        )
+        assert refused.exit_code == 2
+        assert refused.output.count("\n") == 1 and "Traceback" not in refused.output
+        assert f"{out / 'result.json'}: a cluster's result; of the plots only latency" in (
+            refused.output
+        )
+        assert f"rdu-sim plot {kind} WORKLOAD" in refused.output
+
+
 def test_a_pools_replicas_share_one_memo_of_the_policys_prompt_answers(tmp_path: Path) -> None:
     """The policy's per-prompt answers are memoised once a pool, not once a replica (1,024
     replicas each holding the same answers cost cluster-million ~190 MiB): every replica's

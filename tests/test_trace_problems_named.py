@@ -413,3 +413,56 @@ def test_check_says_how_many_rows_are_out_of_time_order(tmp_path: Path) -> None:
     csv_path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
     code, out = _cli("check", str(csv_path))
     assert code == 0 and out.strip() == f"OK  {csv_path}: request trace: 2 rows with arrival_s"
+
+
+# --- a file cut short, a damaged row a run does not read ---------------------------------------
+
+
+def _workload_with_trace(folder: Path, trace: Path) -> Path:
+    """llama3.1-8b-1socket (serving.requests: 200) serving the first rows of ``trace``."""
+    mine = folder / "w.yaml"
+    text = (ROOT / "workloads" / "llama3.1-8b-1socket.yaml").read_text()
+    text = text.replace("../hw_configs/", f"{ROOT / 'hw_configs'}/")
+    mine.write_text(text.replace("  seed: 0\n", f"  seed: 0\n  trace: {trace}\n"))
+    assert f"trace: {trace}" in mine.read_text()
+    return mine
+
+
+def test_a_trace_cut_inside_its_last_value_is_refused_as_truncated(tmp_path: Path) -> None:
+    """A copy of chat-400.csv cut inside its last field (``...,527,66`` read as 66 became
+    ``...,527,6``, no line end): refused at its last line by check and by a run reading
+    that row (before: OK, and a run served 6 output tokens); the whole file is OK."""
+    whole = (ROOT / "workloads" / "traces" / "chat-400.csv").read_bytes()
+    assert whole.endswith(b"\n") and whole.count(b"\n") == 401
+    cut = tmp_path / "cut.csv"
+    cut.write_bytes(whole[:-2])  # the last value loses its last digit and the line end
+    code, out = _cli("check", str(cut))
+    assert code == 2
+    assert _errors(out)[0].startswith(f"error: {cut}:401: the last line has no line end")
+    assert "truncated" in _errors(out)[0]
+    code, out = _cli(
+        "run",
+        "llama3.1-8b-1socket",
+        "--set",
+        f"serving.trace={cut}",
+        "--set",
+        "serving.requests=400",
+    )
+    assert code == 2 and f"{cut}:401: the last line has no line end" in out
+    (tmp_path / "whole.csv").write_bytes(whole)
+    assert _cli("check", str(tmp_path / "whole.csv"))[0] == 0
+
+
+def test_check_reads_every_row_of_a_workloads_trace(tmp_path: Path) -> None:
+    """A run reads its serving.requests first rows (time and memory follow its requests),
+    so a damaged row below them is read by no run: `rdu-sim check` of the workload reads
+    every row and refuses it at its line (before: OK)."""
+    rows = (ROOT / "workloads" / "traces" / "chat-400.csv").read_text().splitlines(True)
+    rows[300] = "15.0,abc,5\n"
+    trace = tmp_path / "damaged.csv"
+    trace.write_text("".join(rows))
+    workload = _workload_with_trace(tmp_path, trace)
+    assert "  requests: 200\n" in workload.read_text()  # the damaged row, line 301, unread
+    code, out = _cli("check", str(workload))
+    assert code == 2
+    assert f"{trace}:301: prompt_tokens: expected a whole number of tokens, got 'abc'" in out

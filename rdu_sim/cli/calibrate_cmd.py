@@ -133,19 +133,30 @@ def _summary_lines(result: FitResult, reaching: Collection[int] | None = None) -
     return lines
 
 
-def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
+def progress_line(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> str:
+    """One evaluation's line: the values tried, the objective the fit minimizes (named, with
+    its value: the sum over the targets read of (log error / log(1 + tolerance))^2), and
+    the median |error| of those targets beside it, which the fit does not minimize (an
+    evaluation with a lower median may have a higher sum: the fit keeps the lower sum)."""
     from rdu_sim.validate.scope import quantity_text
 
     shown = ", ".join(
         f"{name}={quantity_text(value, unit)}"
         for name, value, unit in zip(names, evaluation.values, units, strict=True)
     )
-    print(
-        f"evaluation {evaluation.number}: {shown}: median |error| "
-        f"{human.percent(evaluation.median_abs_error)} ({evaluation.simulated} simulated, "
-        f"{evaluation.cached} cached, {evaluation.seconds:.1f} s)",
-        file=STDERR,  # (a full or closed stderr loses the line, not the fit)
+    targets = human.count(evaluation.targets, "target")
+    return (
+        f"evaluation {evaluation.number}: {shown}: fit objective {evaluation.objective:.4g} "
+        f"(sum over {targets} of (log error / log(1 + tolerance))^2, what the fit "
+        f"minimizes; median |error| {human.percent(evaluation.median_abs_error)}; "
+        f"{evaluation.simulated} simulated, {evaluation.cached} cached, "
+        f"{evaluation.seconds:.1f} s)"
     )
+
+
+def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
+    # (a full or closed stderr loses the line, not the fit)
+    print(progress_line(evaluation, names, units), file=STDERR)
 
 
 def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path]:

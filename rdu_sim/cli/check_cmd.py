@@ -66,15 +66,15 @@ TRACE_SUFFIXES = shipped.KIND_SUFFIXES["trace"]
 
 
 def _read_trace(
-    path: Path,
-    workload_file: str = "",
-    max_rows: int | None = None,
-    format: str = "auto",
-    experts: int | None = None,
+    path: Path, workload_file: str = "", format: str = "auto", experts: int | None = None
 ) -> Any:
-    from rdu_sim.serving.traces import MAX_TRACE_ROWS, read_trace
+    """Every row of the trace, checked as a run checks the rows it reads: a run reads only
+    its ``serving.requests`` first rows (its time and memory follow its requests), so a
+    damaged row below them, or a file cut short, is found here or by no run."""
+    from rdu_sim.serving.traces import read_trace
+    from rdu_sim.serving.traces.reader import EVERY_ROW
 
-    return read_trace(path, workload_file, max_rows or MAX_TRACE_ROWS, format, None, experts)
+    return read_trace(path, workload_file, EVERY_ROW, format, None, experts)
 
 
 def _check_plan(scenario: Any, trace: Any) -> None:
@@ -141,12 +141,12 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
         serving = workload.serving
         check_batching(serving.prefill_priority, file, lines.get(("serving", "prefill_priority")))
         trace = None
-        if serving.trace is not None:  # the rows a run would read, checked the same way
+        if serving.trace is not None:  # every row, checked as a run checks those it reads
             from rdu_sim.serving.requests import trace_experts
 
             path = shipped.trace_path(scenario.base_dir, serving.trace)
             bound = trace_experts(workload.coe)
-            trace = _read_trace(path, file, serving.requests, serving.trace_format, bound)
+            trace = _read_trace(path, file, serving.trace_format, bound)
         _check_plan(scenario, trace)  # what its run refuses before simulating
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "

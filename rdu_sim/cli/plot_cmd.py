@@ -4,7 +4,9 @@ INPUT is read by its suffix:
 
 * ``.json``: what ``rdu-sim run --json`` prints or ``--out DIR`` writes (one run, or a
   list); ``requests.csv`` and ``timeseries.csv`` beside it (``--out`` writes them) supply the
-  per-request records and the occupancy series; INPUT may also be that DIR. For
+  per-request records and the occupancy series; INPUT may also be that DIR. A cluster's
+  result (``rdu-sim run CLUSTER --out DIR``) plots latency (from its requests.csv) and no
+  other kind (``CLUSTER_KINDS``: the rest are a replica's; each is refused saying so). For
   ``calibration``, what ``rdu-sim validate --json`` prints; for ``deployment``, what
   ``rdu-sim validate --suite deployment --json`` prints or ``rdu-sim calibrate``'s fit.json;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
@@ -125,13 +127,19 @@ def _read_json(path: Path, kind: str) -> Any:
         fail(f"{path}: not a run's JSON: {exc}")
 
 
-def _read_columns(path: Path) -> dict[str, list[float | None]]:
-    """A CSV of numeric columns (``requests.csv``, ``timeseries.csv``); empty cells -> None."""
+def _read_columns(
+    path: Path, names: tuple[str, ...] | None = None
+) -> dict[str, list[float | None]]:
+    """A CSV of numeric columns (``requests.csv``, ``timeseries.csv``), or only its columns
+    ``names`` (a cluster's requests.csv holds text columns too); empty cells -> None."""
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        columns: dict[str, list[float | None]] = {name: [] for name in reader.fieldnames or []}
+        found = reader.fieldnames or []
+        kept = [name for name in found if names is None or name in names]
+        columns: dict[str, list[float | None]] = {name: [] for name in kept}
         for row in reader:
-            for name, cell in row.items():
+            for name in kept:
+                cell = row[name]
                 try:
                     columns[name].append(float(cell) if cell else None)
                 except ValueError:
@@ -151,6 +159,16 @@ def _listed(option: str, text: str, parse: Any) -> list[Any]:
     return values
 
 
+def _sibling(sibling: Path, names: tuple[str, ...] | None = None) -> dict[str, list[Any]]:
+    """The columns of ``--out``'s CSV ``sibling`` (or its columns ``names``)."""
+    if sibling.stat().st_size > MAX_COLUMNS_BYTES:
+        fail(f"{sibling}: larger than {MAX_COLUMNS_BYTES} bytes; not a run's {sibling.name}")
+    try:
+        return _read_columns(sibling, names)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        fail(f"{sibling}: cannot read: {str(exc)[:200]}")
+
+
 def _attach_siblings(results: Any, folder: Path) -> Any:
     """Add ``--out``'s requests.csv and timeseries.csv to a single run's dict."""
     if not isinstance(results, dict):
@@ -158,13 +176,51 @@ def _attach_siblings(results: Any, folder: Path) -> Any:
     for name, key in ((REQUESTS_FILE, "request_records"), (TIMESERIES_FILE, "slot_occupancy")):
         sibling = folder / name
         if key not in results and sibling.is_file():
-            if sibling.stat().st_size > MAX_COLUMNS_BYTES:
-                fail(f"{sibling}: larger than {MAX_COLUMNS_BYTES} bytes; not a run's {name}")
-            try:
-                results[key] = _read_columns(sibling)
-            except (OSError, UnicodeDecodeError, csv.Error) as exc:
-                fail(f"{sibling}: cannot read: {str(exc)[:200]}")
+            results[key] = _sibling(sibling)
     return results
+
+
+CLUSTER_KINDS = ("latency",)
+"""The plots of a cluster's result (``rdu-sim run CLUSTER --out DIR``): the TTFT and TPOT of
+every request, from its requests.csv. Memory, capacity, throughput and occupancy are a
+replica's (its workload's plan, steps and slots), which a cluster's result does not hold."""
+
+
+def is_cluster_result(results: Any) -> bool:
+    """Whether ``results`` is what ``rdu-sim run CLUSTER`` writes (its pools, per replica)."""
+    return isinstance(results, dict) and "pools" in results and "per_replica" in results
+
+
+def _common(pools: Any, key: str) -> str:
+    """The value of ``key`` every pool shares ("" when they differ or none says)."""
+    values = {str(p.get(key)) for p in pools.values() if isinstance(p, dict) and p.get(key)}
+    return values.pop() if len(values) == 1 else ""
+
+
+def _cluster_record(results: dict[str, Any], path: Path, kind: str) -> dict[str, Any]:
+    """A cluster's result as the one run its latency plot draws: the TTFT and TPOT of every
+    served request (requests.csv beside it; a rejected request's cells are empty), named by
+    the cluster and what its pools share; any other plot is refused in one line."""
+    if kind not in CLUSTER_KINDS:
+        fail(
+            f"{path}: a cluster's result; of the plots only {', '.join(CLUSTER_KINDS)} takes "
+            f"one. For {kind}, plot one of its pools' workloads (rdu-sim plot {kind} WORKLOAD, "
+            "or rdu-sim run WORKLOAD --out DIR and plot DIR)"
+        )
+    pools = results.get("pools") if isinstance(results.get("pools"), dict) else {}
+    record: dict[str, Any] = {
+        "workload": str(results.get("cluster") or path.parent.name),
+        "model": _common(pools, "model"),
+        "kv_policy": _common(pools, "kv_policy"),
+        "hardware": _common(pools, "hardware"),
+        "source": "cluster",
+    }
+    requests = path.parent / REQUESTS_FILE
+    if "request_records" in results:
+        record["request_records"] = results["request_records"]
+    elif requests.is_file():
+        record["request_records"] = _sibling(requests, ("ttft_s", "tpot_s"))
+    return record
 
 
 def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any:
@@ -438,7 +494,11 @@ def command(
     elif suffix in _DB_SUFFIXES:
         results = _read_db(input_path, sweep_name, keep_failed=kind == "sweep")
     else:
-        results = _attach_siblings(_read_json(input_path, kind), input_path.parent)
+        results = _read_json(input_path, kind)
+        if is_cluster_result(results):
+            results = _cluster_record(results, input_path, kind)
+        else:
+            results = _attach_siblings(results, input_path.parent)
     try:
         figure = (
             plots.sweep_plot(results, x=x_axis, y=y_metric, by=by_columns or None)

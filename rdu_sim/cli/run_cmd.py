@@ -6,7 +6,7 @@ docs/serving.md); `--out DIR` also writes result.json, requests.csv and timeseri
 `--step` times one decode step (all batch slots, largest decode bucket) instead. A cluster
 file (top-level ``pools``, docs/cluster.md) runs its replicas on its traffic instead, and
 reports goodput under its SLO, per class and per replica (``--out``: result.json and
-requests.csv).
+requests.csv; a timeseries.csv an earlier run left there is removed: ``files.OUT_SET``).
 Bad input, and a batch that does not fit, exit 2 with a message (rdu_sim/cli/errors.py).
 The report is printed before the files are written, so a folder that cannot be written
 (read-only, below a file, a full disk) loses nothing already computed: exit 2, saying so.
@@ -38,11 +38,13 @@ from rdu_sim.interrupts import deferred, keeps_on_stop, kept_on_stop
 from rdu_sim.provenance import input_files
 from rdu_sim.report.console import print_report, utilization_line
 from rdu_sim.report.files import (
+    OUT_SET,
     REQUESTS_FILE,
     RESULT_FILE,
     TIMESERIES_FILE,
     folder_problem,
     refuse_overwrite,
+    stale_members,
     write_columns,
     write_json,
     write_outputs,
@@ -155,6 +157,25 @@ def _after_report(outputs: Sequence[tuple[str, Path]]) -> Callable[[], str]:
     return kept
 
 
+_CLUSTER_SET = (RESULT_FILE, REQUESTS_FILE)
+"""The files of the --out set (``files.OUT_SET``) a cluster's run writes (no occupancy
+series: its replicas each have their own)."""
+
+
+def _replaced(outputs: list[tuple[str, Path]], out_dir: Path) -> list[tuple[str, Path]]:
+    """``outputs`` and the files of the --out set in ``out_dir`` they do not write, which the
+    run removes (``files.stale_members``): neither may be one of the run's inputs."""
+    written = [path.name for _, path in outputs if path.parent == out_dir]
+    return [*outputs, *(("--out", path) for path in stale_members(out_dir, written))]
+
+
+def _set_names(out_dir: Path, names: Sequence[str]) -> str:
+    """The `wrote` line's list of a --out set's files, and the earlier run's it removes."""
+    stale = [path.name for path in stale_members(out_dir, names)]
+    removed = f" (removed an earlier run's {', '.join(stale)})" if stale else ""
+    return ", ".join(names) + removed
+
+
 def _write(out_dir: Path, write: Callable[[], object], names: str, quiet: bool) -> None:
     """Write the --out files after the report was printed (a failed write loses none of it);
     ``quiet``: say nothing (--json, or a standard output that failed)."""
@@ -198,8 +219,8 @@ def _run_cluster(
     _check_out(out_dir)
     outputs: list[tuple[str, Path]] = []
     if out_dir is not None:
-        outputs = [("--out", out_dir / name) for name in (RESULT_FILE, REQUESTS_FILE)]
-        refuse_overwrite(outputs, input_files(cluster), "the run")
+        outputs = [("--out", out_dir / name) for name in _CLUSTER_SET]
+        refuse_overwrite(_replaced(outputs, out_dir), input_files(cluster), "the run")
     with _progress_bar(not as_json) as progress:
         result = api_cluster.run_cluster(cluster, progress=progress)
     data = result.to_dict()
@@ -230,10 +251,10 @@ def _write_cluster(
                     lambda staged: write_json(folder / RESULT_FILE, data, staged),
                     lambda staged: write_columns(folder / REQUESTS_FILE, result.requests(), staged),
                 ],
-                [RESULT_FILE, REQUESTS_FILE],
+                _CLUSTER_SET,
             )
 
-        _write(folder, write, f"{RESULT_FILE}, {REQUESTS_FILE}", quiet)
+        _write(folder, write, _set_names(folder, _CLUSTER_SET), quiet)
 
 
 @click.command("run")
@@ -333,7 +354,7 @@ def _write_run(
             _write(
                 folder,
                 lambda: write_outputs(folder, data, result.request_blocks, result.timeseries),
-                "result.json, requests.csv, timeseries.csv",
+                _set_names(folder, OUT_SET),
                 quiet,
             )
         except WriteError as exc:

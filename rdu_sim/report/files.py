@@ -6,8 +6,9 @@ float formatting, so the same run writes byte-identical files. ``write_file`` wr
 nothing: into a temporary file beside the target, renamed over it only when complete, so a
 full disk never leaves half a file or destroys the previous one (the temporary's name
 holds this host and process, so the next writer of the target removes one a killed process
-left: ``_remove_stale``); ``--out``'s three files are one set (``Staged``), renamed into
-place together once all are written; the folder is created;
+left: ``_remove_stale``); ``--out``'s files are one set (``OUT_SET``, ``Staged``), renamed into
+place together once all are written, and a member an earlier run left that this run does
+not write removed; the folder is created;
 any OSError becomes a WriteError naming the path. A target that exists and is not a regular
 file (/dev/null, /dev/full, a FIFO) is written in place: it cannot be replaced; a FIFO that
 nothing reads is refused at once (opening it would wait for a reader forever).
@@ -38,6 +39,21 @@ if TYPE_CHECKING:
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.csv"
 TIMESERIES_FILE = "timeseries.csv"
+
+OUT_SET = (RESULT_FILE, REQUESTS_FILE, TIMESERIES_FILE)
+"""The files a run's ``--out DIR`` holds, one set: a run writes those it has (a cluster's
+run has no timeseries.csv) and removes those of the set an earlier run left that it does not
+write (``stale_members``), so DIR never holds one run's result.json beside another's series
+(which ``rdu-sim plot`` would read as this run's)."""
+
+
+def stale_members(folder: Path, written: Iterable[str]) -> list[Path]:
+    """The files of :data:`OUT_SET` in ``folder`` that a run writing ``written`` does not
+    write: an earlier run's, removed when this run's set is in place (``write_set``)."""
+    kept = set(written)
+    return [
+        folder / name for name in OUT_SET if name not in kept and os.path.lexists(folder / name)
+    ]
 
 
 def folder_problem(folder: Path) -> str | None:
@@ -390,7 +406,7 @@ def write_outputs(
     ``timeseries`` may be functions giving the columns (or blocks of rows of them), called
     when their file is written, so the two tables are never in memory at once."""
     folder = Path(out_dir)
-    paths = [folder / RESULT_FILE, folder / REQUESTS_FILE, folder / TIMESERIES_FILE]
+    paths = [folder / name for name in OUT_SET]
     write_set(
         folder,
         [
@@ -410,9 +426,10 @@ def write_outputs(
 def write_set(
     folder: Path, writes: Sequence[Callable[[Staged], object]], names: Sequence[str]
 ) -> None:
-    """Call each of ``writes`` (files ``names`` in ``folder``, created if needed) as one
-    set (``Staged``): all are replaced once every one is written, or none is, and a
-    WriteError then says so."""
+    """Call each of ``writes`` (files ``names`` of :data:`OUT_SET` in ``folder``, created if
+    needed) as one set (``Staged``): all are replaced once every one is written, or none is,
+    and a WriteError then says so; then the set's other files an earlier run left
+    (``stale_members``) are removed, or a WriteError names the one that could not be."""
     make_folder(folder)
     staged = Staged()
     try:
@@ -429,3 +446,13 @@ def write_set(
         staged.discard()
         raise
     staged.commit()
+    for stale in stale_members(folder, names):
+        try:
+            stale.unlink()
+        except OSError as exc:
+            raise WriteError.single(
+                str(stale),
+                "",
+                f"cannot remove this earlier run's file: {exc.strerror or exc} (this run's "
+                f"{', '.join(names)} were written beside it: remove it by hand)",
+            ) from None

@@ -61,7 +61,10 @@ Progress = Callable[["Evaluation"], None]
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluation of the objective, for progress reports."""
+    """One evaluation of the objective, for progress reports: ``objective`` is what the fit
+    minimizes, the sum of the squared residuals of the ``targets`` it read (a group's
+    trained targets; ``targets.Target.residual``: log error over the tolerance); the median
+    |error| of those targets is shown beside it, and is not what is minimized."""
 
     number: int
     values: tuple[float, ...]
@@ -69,6 +72,8 @@ class Evaluation:
     simulated: int
     cached: int
     seconds: float
+    objective: float = math.nan
+    targets: int = 0
 
 
 class Calibration:
@@ -109,6 +114,9 @@ class Calibration:
         self.seen.update(t.id for t in trained)
         self.evaluations += 1
         simulated = [found[t.unit].values[t.index] for t in trained]
+        residuals = np.array(
+            [t.residual(s) for t, s in zip(trained, simulated, strict=True)], dtype=float
+        )
         if self.progress is not None:
             errors = [abs(t.relative_error(s)) for t, s in zip(trained, simulated, strict=True)]
             finite = [e for e in errors if math.isfinite(e)]
@@ -120,11 +128,11 @@ class Calibration:
                     self.evaluator.simulated - before[0],
                     self.evaluator.cached - before[1],
                     time.perf_counter() - began,
+                    float(np.sum(residuals**2)),
+                    len(trained),
                 )
             )
-        return np.array(
-            [t.residual(s) for t, s in zip(trained, simulated, strict=True)], dtype=float
-        )
+        return residuals
 
     def fit(self, max_evaluations: int = 60) -> FitResult:
         """Fit on the trained targets, each group of parameters apart (``max_evaluations``

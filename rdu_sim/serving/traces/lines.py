@@ -5,6 +5,9 @@ Each physical line is read with a length limit (``MAX_LINE_BYTES``), so a file o
 occurs inside a UTF-8 sequence), so a bad byte is reported with its line and its byte
 offset in the file; a UTF-8 byte-order mark at the start is dropped; a NUL byte is
 refused. At most ``MAX_TRACE_LINES`` lines are read, so a file of blank lines ends fast.
+A last line without a line end, in a file whose lines above end with one, is refused as
+cut short (a copy or download that stopped inside it: ``...,527,66`` cut to ``...,527,6``
+parses as a row with another value), before any reader parses it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ class TraceLines:
                 )
             if len(raw) > MAX_LINE_BYTES:
                 raise self.error(f"line is longer than {MAX_LINE_BYTES:,} bytes")
+            if self.line > 1 and not raw.endswith(b"\n"):
+                raise self.error(
+                    "the last line has no line end, as every line above has: the file looks "
+                    "truncated (cut short in a copy or download, its last value changed); "
+                    "if the line is whole, end the file with a newline"
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -28,9 +28,11 @@ a cluster's prefix cache, each Mooncake row's ``hash_ids`` must number ``ceil(in
 block_tokens)`` (``blocks_problem``). Each request keeps its line (``TraceTable.lines``).
 
 Only the first ``max_rows`` requests are read (a workload's ``serving.requests``: the rest
-would be unused), so time and memory follow the requests, not the file. Limits: a regular
-file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at most ``MAX_LINE_BYTES`` and at
-most ``MAX_TRACE_LINES`` lines (``traces.lines``); a format's own limits in its module.
+would be unused), so time and memory follow the requests, not the file; ``rdu-sim check``
+reads every row (``EVERY_ROW``), so a damaged row below a run's is found there. Limits: a
+regular file of at most ``MAX_TRACE_BYTES``; UTF-8 text, lines of at most
+``MAX_LINE_BYTES`` and at most ``MAX_TRACE_LINES`` lines (``traces.lines``), the last ended
+as the others are; a format's own limits in its module.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from rdu_sim.serving.traces.values import (
 
 MAX_TRACE_BYTES = 512 * 2**20  # a trace larger than this is a mistake
 MAX_TRACE_ROWS = 1_000_000  # serving.requests' own bound: no run uses more rows
-_EVERY_ROW = 2**62  # a cluster reads every row (``traces.lines`` bounds them by lines)
+EVERY_ROW = 2**62  # a cluster, and `rdu-sim check`, read every row (``traces.lines``: lines)
 
 __all__ = [
     "MAX_TOKENS",
@@ -592,7 +594,7 @@ def read_table(
     def refuse(message: str) -> ConfigError:
         return ConfigError.single(name, "", f"trace: {message}")
 
-    found = _read(path, format, name, refuse, _EVERY_ROW, True, blocks, named_by)
+    found = _read(path, format, name, refuse, EVERY_ROW, True, blocks, named_by)
     arrival = _clock(found, name, shift=True)
     assert arrival is not None  # replay: every row has one
     hashed = found.trace_format.name == mooncake.NAME
