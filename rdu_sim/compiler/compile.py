@@ -417,7 +417,7 @@ def _kernel_programs(
             k.name,
             k.calls,
             k.looped,
-            tuple(replace(s, pcus=0, pmus=0) for s in _stages(k, fractions, kv_tier)),
+            tuple(_stages(k, fractions, kv_tier, units=0)),
             k.layer,
         )
         for k in kernels
@@ -511,8 +511,10 @@ class _Draft:
 
 
 def _stage(
-    kernel: KernelGraph, node: Operator, fractions: dict[str, float], kv_tier: Tier
+    kernel: KernelGraph, node: Operator, fractions: dict[str, float], kv_tier: Tier, units: int = 1
 ) -> _Draft:
+    """``node``'s stage draft, with ``units`` PCUs and PMUs before allocation (0: a GPU's,
+    which runs each kernel on all its SMs)."""
     graph = kernel.graph
     external = graph.graph.get("inputs", {})
     finals = graph.graph.get("output_nodes", {})
@@ -552,8 +554,8 @@ def _stage(
     stage = StageProgram(
         name=node.name,
         op=node.kind,
-        pcus=1,
-        pmus=1,
+        pcus=units,
+        pmus=units,
         flops=node.flops,
         vector_flops=node.vector_flops,
         reads=reads,
@@ -621,14 +623,19 @@ def _bandwidth(socket: SocketConfig, tier: Tier) -> float:
     return memory.bandwidth * memory.efficiency
 
 
-def _stages(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier) -> list[StageProgram]:
-    """The kernel's stages in topological order, before any units are allocated."""
-    return [d.stage for d in _drafts(kernel, fractions, kv_tier)]
+def _stages(
+    kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier, units: int = 1
+) -> list[StageProgram]:
+    """The kernel's stages in topological order, before any units are allocated (each
+    ``units`` PCUs and PMUs)."""
+    return [d.stage for d in _drafts(kernel, fractions, kv_tier, units)]
 
 
-def _drafts(kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier) -> list[_Draft]:
+def _drafts(
+    kernel: KernelGraph, fractions: dict[str, float], kv_tier: Tier, units: int = 1
+) -> list[_Draft]:
     """The kernel's stage drafts in topological order (`_stage`)."""
-    return [_stage(kernel, node, fractions, kv_tier) for node in operators(kernel.graph)]
+    return [_stage(kernel, node, fractions, kv_tier, units) for node in operators(kernel.graph)]
 
 
 def _memory_time(stages: Sequence[StageProgram], socket: SocketConfig) -> float:

@@ -14,6 +14,7 @@ equal share of its expert's tokens. The balance (busiest over mean) is in the st
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -122,7 +123,12 @@ class ExpertLoadModel:
         pairs and an average device's plus the expected largest of its random spread over
         the devices (a sum of the tokens' hypergeometric counts, its maximum over ``D``
         devices by Blom's normal approximation); at least one pair once there is one, at
-        most every pair a device's copies can take."""
+        most every pair a device's copies can take. Remembered (`_load`): a step's
+        compile asks for one shape's load ~6 times, each from a model of equal fields."""
+        return _load(self, rows, joint_tokens)
+
+    def _compute_load(self, rows: int, joint_tokens: int) -> ExpertLoad:
+        """`load`, computed."""
         tokens = joint_tokens or rows * self.ranks
         count = len(self.devices)
         pairs = tokens * self.per_token
@@ -156,6 +162,13 @@ class ExpertLoadModel:
         if self.loading == "static":
             return float(min(held, tokens * self.per_token))
         return busiest_touched(self.devices, self.per_token, tokens)
+
+
+@functools.lru_cache(maxsize=4096)
+def _load(model: ExpertLoadModel, rows: int, joint_tokens: int) -> ExpertLoad:
+    """``model.load(rows, joint_tokens)``: a function of its (frozen, hashable) arguments,
+    so kept per process (a DeepSeek-R1 model's ~6 asks a step cost ~0.3 ms each)."""
+    return model._compute_load(rows, joint_tokens)
 
 
 def hit_probability(per_token_share: float, tokens: int) -> float:
@@ -207,7 +220,16 @@ def busiest_touched(devices: tuple[Device, ...], per_token: int, tokens: int) ->
 def expert_load_model(
     config: ExpertsConfig, experts: int, per_token: int, devices: int, ranks: int, loading: str
 ) -> ExpertLoadModel:
-    """The placement and load model of ``experts`` whole over ``devices`` devices."""
+    """The placement and load model of ``experts`` whole over ``devices`` devices (one
+    object for equal models, `_interned`)."""
     shares = popularity(config, experts)
     placed = place(shares, devices, config.redundant, config.placement == "balanced")
-    return ExpertLoadModel(placed, experts, per_token, ranks, loading)
+    return _interned(ExpertLoadModel(placed, experts, per_token, ranks, loading))
+
+
+@functools.lru_cache(maxsize=64)
+def _interned(model: ExpertLoadModel) -> ExpertLoadModel:
+    """The first of the models equal to ``model`` still kept: `_load` keeps a model in each
+    key, so one object, not one per step compiled (each ~300 placed copies, ~15 MiB over
+    cluster-h100-lockstep's 1,560 steps)."""
+    return model

@@ -55,7 +55,7 @@ from rdu_sim.compiler.mla_queries import (
     query_operators,
     value_projections,
 )
-from rdu_sim.graph import Operator, operators
+from rdu_sim.graph import Operator, op, operators
 from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.shape import FP32
 from rdu_sim.shapes import CollectiveKind, Gemm
@@ -291,7 +291,7 @@ def _add_query_gather(
 ) -> tuple[str, ...]:
     """Before a sequence-split attention ``node``, an all-gather of the queries each socket
     holds only its heads of (made in ``graph`` or kernel inputs); the names gathered."""
-    producers = {t.name: graph.nodes[final[t.name]]["op"] for t in node.inputs if t.name in final}
+    producers = {t.name: op(graph, final[t.name]) for t in node.inputs if t.name in final}
     queries = query_inputs(node, producers, plan)
     if not queries:
         return ()

@@ -50,7 +50,7 @@ class RunStats:
 
     def as_dict(self) -> dict[str, float]:
         """Field name -> value."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in FIELDS}
 
     def plus(self, other: RunStats) -> RunStats:
         """Field-wise sum."""
@@ -58,7 +58,7 @@ class RunStats:
 
     def scaled(self, factor: float) -> RunStats:
         """Every field times ``factor``."""
-        return RunStats(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
+        return RunStats(**{name: getattr(self, name) * factor for name in FIELDS})
 
     def minus(self, other: RunStats) -> RunStats:
         """Field-wise difference."""
@@ -67,12 +67,13 @@ class RunStats:
     def affine(self, other: RunStats, factor: float) -> RunStats:
         """``self + factor * other``, field-wise."""
         return RunStats(
-            **{
-                f.name: getattr(self, f.name) + factor * getattr(other, f.name)
-                for f in fields(self)
-            }
+            **{name: getattr(self, name) + factor * getattr(other, name) for name in FIELDS}
         )
 
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunStats))
+"""``RunStats``'s field names in order, read once, not per call (``plus`` and ``minus`` run
+~120,000 times in cluster-h100-lockstep: twice a simulated kernel call)."""
 
 OBSERVED: frozenset[str] = frozenset(
     {

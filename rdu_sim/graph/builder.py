@@ -100,12 +100,12 @@ class PrefixedBuilder(GraphBuilder):
 
 def op(graph: DiGraph, name: str) -> Operator:
     """The Operator at node `name`."""
-    result: Operator = graph.nodes[name]["op"]
+    result: Operator = graph.node_attributes(name)["op"]
     return result
 
 
 def operators(graph: DiGraph) -> Iterator[Operator]:
     """The graph's operators in a deterministic topological order."""
-    rank = {name: i for i, name in enumerate(graph.nodes)}
+    rank = {name: i for i, name in enumerate(graph)}
     for name in topological_sort(graph, key=rank.__getitem__):
         yield op(graph, name)

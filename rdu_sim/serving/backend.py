@@ -15,6 +15,7 @@ from rdu_sim import human
 from rdu_sim.compiler import CapacityError, Compiler
 from rdu_sim.compiler.placement import slot_words, tier_capacities
 from rdu_sim.compiler.program import Placement, Program
+from rdu_sim.des.collector import collector_paused
 from rdu_sim.engine.for_hardware import StepEngine, engine_for
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
@@ -91,9 +92,11 @@ class EngineBackend:
 
     def step_cost(self, scenario: Scenario, shape: StepShape) -> StepCost:
         """Compile the shape and simulate one step on the hardware model (recording its
-        trace when the backend was built with ``record=True``)."""
-        program = self.compiler(scenario).program(shape)
-        timing = engine_for(scenario, record=self.record).simulate_step(program)
+        trace when the backend was built with ``record=True``), Python's cyclic collector
+        paused (`des.collector`: nearly all a step allocates dies with it)."""
+        with collector_paused():
+            program = self.compiler(scenario).program(shape)
+            timing = engine_for(scenario, record=self.record).simulate_step(program)
         return StepCost(
             step_s=float(timing.step_s),
             hbm_util=float(timing.hbm_bandwidth_fraction),

@@ -75,13 +75,16 @@ class GpuEngine:
         decode = program.shape.phase == "decode"
         return [segments(k, tiles, gpu, self.settings, decode=decode) for k in program.kernels]
 
-    def estimate_events(self, program: Program) -> int:
+    def estimate_events(
+        self, program: Program, segments: list[tuple[Segment, ...]] | None = None
+    ) -> int:
         """A lower bound of the events ``simulate_step`` processes: every simulated call
-        waits at least once per tile of each segment, and every call on the stream once."""
+        waits at least once per tile of each segment, and every call on the stream once
+        (``segments``: `segments` of ``program``, when the caller has them)."""
         tiles, ff = self.config.tiles_per_stage, self.config.fast_forward
+        cut = self.segments(program) if segments is None else segments
         kernels = sum(
-            fewest_layers(k, ff) * tiles * len(s)
-            for k, s in zip(program.kernels, self.segments(program), strict=True)
+            fewest_layers(k, ff) * tiles * len(s) for k, s in zip(program.kernels, cut, strict=True)
         )
         return kernels + len(execution_order(program.kernels))
 
@@ -209,7 +212,8 @@ class GpuEngine:
                 record=self.record,
             )
 
-        return run_kernels(program, self.hardware.system, cfg, self.estimate_events(program), start)
+        estimate = self.estimate_events(program, segments)
+        return run_kernels(program, self.hardware.system, cfg, estimate, start)
 
     def _timing(
         self,

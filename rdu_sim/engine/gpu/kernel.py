@@ -113,8 +113,9 @@ class GpuKernelSim:
         self.done = 0
         self.overhead_s = 0.0
         self.boundaries: list[Boundary] = []
-        self._process = env.process(self._run())
-        self._process.callbacks.append(lambda _event: env.pause())
+        # env.start: SimPy's process events under SimPy's keys, without its Python bookkeeping
+        self._process = env.start(self._run())
+        self._process.add_callback(lambda _event: env.pause())
 
     @property
     def safe(self) -> int:
@@ -202,7 +203,7 @@ class GpuKernelSim:
         processes = []
         for index, segment in enumerate(self.segments):
             ready = [env.event() for _ in range(self.tiles)] if index in self.ports else None
-            processes.append(env.process(self._segment(index, segment, upstream, ready)))
+            processes.append(env.start(self._segment(index, segment, upstream, ready)))
             upstream = ready
         yield env.all_of(processes)
 

@@ -108,9 +108,10 @@ def run_stream(
             starts.append(float(env.now))
             yield env.timeout(call.device_s)
 
-    env.process(host_process())
-    device = env.process(device_process())
-    device.callbacks.append(lambda _event: env.pause())
+    # env.start: SimPy's process events under SimPy's keys, without its Python bookkeeping
+    env.start(host_process())
+    device = env.start(device_process())
+    device.add_callback(lambda _event: env.pause())
     env.run_until_pause()
     return StreamRun(float(env.now), tuple(starts), host["busy"], env.processed)
 
