@@ -24,12 +24,14 @@ A workload's ``speculation`` section (``config.workload.SpeculationConfig``) mak
 from __future__ import annotations
 
 import math
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from rdu_sim.config.workload import SpeculationConfig
 from rdu_sim.scenario import Scenario
+
+if TYPE_CHECKING:  # numpy is loaded by a run's arrays only: a step runs without it
+    import numpy as np
+    from numpy.typing import NDArray
 
 DRAFT_CATCH_UP = 2
 """New tokens per slot in a draft round's first step (see the module docstring)."""
@@ -96,6 +98,8 @@ def target_prompts(spec: SpeculationConfig | None, prompts: NDArray[np.int64]) -
     """:func:`target_prompt` of each of ``prompts`` (each length once), a new array: what a
     run's requests reserve of a paged pool (``serving.limits.check_pool``) and what the
     scheduler prefills and caches of each (``serving.simulate.serve``)."""
+    import numpy as np
+
     lengths, at = np.unique(prompts, return_inverse=True)
     kept = np.asarray([target_prompt(spec, int(p)) for p in lengths.tolist()], dtype=np.int64)
     result: NDArray[np.int64] = kept[at].reshape(np.shape(prompts))

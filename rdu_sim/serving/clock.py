@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:  # numpy is loaded by the arrivals' cast only: a step runs without it
     import numpy as np
@@ -27,6 +27,16 @@ PS_PER_S: Final = 10**12
 MAX_PS: Final = 2**63 - 1
 MAX_SECONDS = MAX_PS / PS_PER_S
 MAX_ARRIVAL_S = 2**62 / PS_PER_S
+
+
+class Clock(Protocol):
+    """Where the scheduler and an admission decision read the time: the loop's ``now``
+    (integer picoseconds)."""
+
+    @property
+    def now(self) -> int:
+        """Now, in integer picoseconds."""
+        ...
 
 
 class SimulatedTimeError(Exception):

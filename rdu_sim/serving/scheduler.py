@@ -57,7 +57,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from rdu_sim.kv.paged import PagedKV
 from rdu_sim.kv.policy import KVPolicy
@@ -71,6 +71,7 @@ from rdu_sim.serving.batching.base import (
 )
 from rdu_sim.serving.batching.checked import checked
 from rdu_sim.serving.buckets import reusable_prefix
+from rdu_sim.serving.clock import Clock
 from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
@@ -85,15 +86,6 @@ from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 Progress = Callable[[int, int], None]
 Priority = str  # a registered batching policy's name (``serving.batching``)
 Role = Literal["mixed", "prefill", "decode"]
-
-
-class Clock(Protocol):
-    """Where the scheduler reads the time: its loop's ``now`` (integer picoseconds)."""
-
-    @property
-    def now(self) -> int:
-        """Now, in integer picoseconds."""
-        ...
 
 
 _ADMIT: Final = Action.ADMIT

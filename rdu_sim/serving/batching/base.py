@@ -23,7 +23,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.native import mypyc_attr
 
 if TYPE_CHECKING:  # (numpy: a workload's check imports the registry without it)
-    from rdu_sim.serving.scheduler import Clock
+    from rdu_sim.serving.clock import Clock
     from rdu_sim.serving.slots import Slots
 
 ADMIT: Final = -1
