@@ -450,12 +450,23 @@ def memory_table(result: RunSummary) -> Table:
             human.percent(usage.used_bytes / capacity, 0) if capacity else human.MISSING,
             human.size(usage.free_bytes),
         )
+    captions = []
+    replicas = result.weight_replicas
+    if replicas is not None:
+        captions.append(
+            f"Of the HBM weights, {human.size(replicas.bytes)} are replicas: "
+            f"{' and '.join(replicas.names)} held whole on every {result.device}, not sliced "
+            f"{result.tp} ways, so that decode steps make every head's queries (the capacity "
+            "line says what more slots cost)."
+        )
     sram = result.memory.get("sram")
     if sram is not None and sram.capacity_bytes and not sram.used_bytes:
-        table.caption = (
+        captions.append(
             "The serving plan keeps no weights or KV cache in SRAM: kernels use it for their "
             "stage buffers while they run (`rdu-sim inspect graph` shows a step's)."
         )
+    if captions:
+        table.caption = " ".join(captions)
         table.caption_justify = "left"
     return table
 

@@ -342,6 +342,23 @@ class StepCacheStats:
 
 
 @dataclass(frozen=True)
+class WeightReplicas:
+    """Weights the memory plan holds whole on every device beyond the slices the layout
+    gives them (MLA's query and value weights, `compiler.placement.whole_queries`): their
+    names and those extra bytes per device, inside ``memory.hbm.weights_bytes``."""
+
+    names: list[str]
+    bytes: int
+
+    @classmethod
+    def of(cls, placement: Placement) -> WeightReplicas | None:
+        """``placement``'s replicas; None when it holds none."""
+        if not placement.replicas:
+            return None
+        return cls(list(placement.replicas), placement.replica_bytes)
+
+
+@dataclass(frozen=True)
 class KVPoolSummary:
     """A paged KV cache's pool (``kv.paged``; one device's share of each page): its pages
     and their tokens and bytes, the pages the workload's smallest request reserves, and the
@@ -533,6 +550,8 @@ class RunSummary:
     accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
     speculation: SpeculationSummary | None = None
     kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
+    # weights held whole on every device beyond their slices (absent from the JSON else)
+    weight_replicas: WeightReplicas | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
@@ -546,6 +565,8 @@ class RunSummary:
         data["kv_kept"] = self.kv_kept.to_dict()
         if data["kv_pool"] is None:
             del data["kv_pool"]  # only a paged KV cache has one
+        if data["weight_replicas"] is None:
+            del data["weight_replicas"]  # only a plan holding MLA's query weights whole
         return data
 
 
@@ -842,4 +863,5 @@ def summarize(run: ServingRun) -> RunSummary:
         ),
         speculation=speculation,
         kv_pool=kv_pool_summary(run, makespan),
+        weight_replicas=WeightReplicas.of(run.placement),
     )
