@@ -509,6 +509,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     instance_batch = replica_batch(layout, decode.batch)
     system_tokens_per_s = instance_batch / step * base.instances
     packed, packed_s = _packed_prefill(timed, cache, prefill_shapes, decode.batch, prefill_s)
+    # the typical prompt's (first) prefill step, as many of them as the stack packs
+    first = cache.cost(replace(prefill_shapes[0], batch=packed)).detail
+    assert isinstance(first, StepTiming)
+    prefill_bound = step_bound(first, hardware)
     # the typical request's (the median prompt's, in every column alike: a compressing
     # policy's long prompts are their own row, and the workload sends them to every column)
     per_request = packed_s / packed
@@ -541,6 +545,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         prefill_bucket=prefill_shapes[0].tokens,
         prefill_steps=len(prefill_shapes),
         prefill_compressed=typical.compressed,
+        prefill_step_s=prefill_bound.step_s,
+        prefill_bound=prefill_bound.bound,
+        prefill_bound_s=prefill_bound.limit_s,
+        prefill_bound_link=prefill_bound.link or None,
         long_prefill_s=long_s,
         long_prefill_tokens=None if long is None else long.median,
         long_prefill_bucket=long_shapes[0].tokens if long_shapes else None,

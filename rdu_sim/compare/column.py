@@ -87,6 +87,13 @@ class Column:
     prefill_bucket: int | None = None  # tokens of its step (its prompt bucket) or of a chunk
     prefill_steps: int | None = None  # 1, or the chunks it is cut into
     prefill_compressed: bool = False  # the column's KV policy compresses that prompt
+    # that prompt's (first) prefill step, packed as the stack packs it (``prefill_packed``),
+    # against its bounds as the decode step's below
+    # (``report.bound``): its time, what binds it, that resource's time, its link class
+    prefill_step_s: float | None = None
+    prefill_bound: str | None = None
+    prefill_bound_s: float | None = None
+    prefill_bound_link: str | None = None
     # a compressing policy's longer prompts (``serving.step_shape.long_prompts``): the prefill
     # of their median as a server runs it, its tokens, bucket (or chunk) and their share of
     # the requests; None when the policy compresses no prompt the workload sends

@@ -524,8 +524,29 @@ def _prefill_why(a: Column, b: Column) -> str:
     return (
         f"each request's prefill ({prompt}{packed}) takes "
         f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
-        f"{human.duration(theirs)}) beside its {outputs} output tokens' decode steps"
+        f"{human.duration(theirs)}; {_prefill_bounds(a, b)}) beside its {outputs} output "
+        "tokens' decode steps"
     )
+
+
+def prefill_bound_words(column: Column) -> str:
+    """What binds ``column``'s typical prefill step, with that resource's time of the step
+    (``bound by intra_node_link, the links within a node, 420 ms of 423 ms``; the decode
+    step's rule, ``report.bound``)."""
+    if column.prefill_bound is None or column.prefill_step_s is None:
+        return "?"
+    limit = column.prefill_bound_s or 0.0
+    return (
+        f"{bound_label(limit, column.prefill_step_s)} "
+        f"{resource_words(column.prefill_bound, column.prefill_bound_link or '')}, "
+        f"{human.duration(limit)} of {human.duration(column.prefill_step_s)}"
+    )
+
+
+def _prefill_bounds(a: Column, b: Column) -> str:
+    """What binds each column's prefill step: ``its step bound by HBM bandwidth, 20 ms of
+    22 ms, vs bound by ...``."""
+    return f"its step {prefill_bound_words(a)}, vs {prefill_bound_words(b)}"
 
 
 def _head(a: Column, b: Column, served: bool) -> str:
