@@ -116,6 +116,14 @@ class Column:
     # every resource's time alone in the step (``report.bound``: compute, hbm, ... host)
     resource_s: dict[str, float] = field(default_factory=dict)
     hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
+    ddr_bytes: float | None = None  # DDR bytes one device reads in it (weights spilled there)
+    # the DDR bandwidth of one device and the share of it it sustains (``ddr.efficiency``;
+    # 0 for a GPU, which has no DDR tier): its time in the bound is the bytes at their product
+    peak_ddr_bandwidth: float = 0.0
+    ddr_efficiency: float = 1.0
+    # what a reader must be told of the column's memory plan, in the words a run's report
+    # gives (``compiler.placement.placement_warnings``: weights its batch pushed to DDR)
+    warnings: list[str] = field(default_factory=list)
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step
     # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None
