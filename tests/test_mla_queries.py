@@ -596,7 +596,7 @@ def test_an_explicit_batch_spills_exactly_past_what_memory_holds(slots: int, spi
     assert placement.tiers["ddr"].weights_bytes == spilled
     words = capacity_words(scenario, compiler.memory_capacity(), compiler.batch_capacity(), slots)
     assert ("read from DDR instead" in words) == (spilled > 0), words
-    assert "at most 76 fit beside the weights; 'auto' would pick 54, the most beside" in words
+    assert "at most 76 fit beside the weights; 'auto' would pick 54, the most the stack " in words
 
 
 def test_the_capacity_says_where_the_query_weights_stop_being_whole_and_what_it_costs() -> None:

@@ -833,9 +833,11 @@ def capacity_words(
         fit = f"at most {holds} fit {beside}; {picks} that{whole}"
     elif runs < stack.runnable_batch(holds):  # `_whole_queries_batch`
         them = whole.replace(WHOLE_QUERY_WEIGHTS, "them", 1)
+        most = _whole_slots(scenario, stage)
+        runs_words = "" if runs == most else f" (its {_limit_words(scenario, most)})"
         fit = (
-            f"at most {holds} fit {beside}; {picks} {runs}, the most beside "
-            f"{WHOLE_QUERY_WEIGHTS}{them}"
+            f"at most {holds} fit {beside}; {picks} {runs}, the most the stack runs beside "
+            f"{WHOLE_QUERY_WEIGHTS}{runs_words}{them}"
             if whole
             else f"at most {holds} fit {beside}; {picks} {runs}, the most beside "
             f"{WHOLE_QUERY_WEIGHTS}, so that its decode steps make every head's queries "
@@ -855,6 +857,7 @@ def capacity_words(
 
 
 WHOLE_QUERY_WEIGHTS = "MLA's query and value weights held whole"
+"""How the capacity words name q_b_proj and kv_b_proj held whole on every socket."""
 
 
 def whole_queries_words(
