@@ -15,7 +15,7 @@ from rdu_sim import api, human
 from rdu_sim.cli.compare_cmd import ROWS
 from rdu_sim.cli.main import cli
 from rdu_sim.compare import Comparison, compare, served_rate
-from rdu_sim.compare.why import PREFILL_MATTERS, prefill_matters
+from rdu_sim.compare.why import PREFILL_MATTERS, prefill_bound_words, prefill_matters
 from rdu_sim.report.energy import machine_watts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +107,8 @@ def test_the_verdict_leads_with_served_tokens_when_prefill_matters(
         "Why: each request's prefill (its 2,048-token typical prompt, 4 to a "
         f"{human.duration(gpu.prefill_packed_s)} step vs alone) takes "
         f"{human.ratio(per_request / sn40l.prefill_s)} as long ({human.duration(per_request)} vs "
-        f"{human.duration(sn40l.prefill_s)}) beside its 128 output tokens' decode steps; in "
+        f"{human.duration(sn40l.prefill_s)}; its step {prefill_bound_words(gpu)}, vs "
+        f"{prefill_bound_words(sn40l)}) beside its 128 output tokens' decode steps; in "
         "decode, it runs 1.91x the batch (488 vs 256 slots"
     ) in said
 

@@ -45,6 +45,7 @@ from rdu_sim.graph import operators
 from rdu_sim.hw.collective_choice import choose
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from rdu_sim.plan.spec import load_plan
+from rdu_sim.report.console import memory_table
 from rdu_sim.scenario import Scenario
 from rdu_sim.shapes import StepShape
 
@@ -595,4 +596,63 @@ def test_an_explicit_batch_spills_exactly_past_what_memory_holds(slots: int, spi
     assert placement.tiers["ddr"].weights_bytes == spilled
     words = capacity_words(scenario, compiler.memory_capacity(), compiler.batch_capacity(), slots)
     assert ("read from DDR instead" in words) == (spilled > 0), words
-    assert "at most 76 fit beside the weights; 'auto' would pick 54, the most beside" in words
+    assert "at most 76 fit beside the weights; 'auto' would pick 54, the most the stack " in words
+
+
+def test_the_capacity_says_where_the_query_weights_stop_being_whole_and_what_it_costs() -> None:
+    """The shipped SnapStream workload runs 128 (powers of two) of the 158 slots memory holds;
+    136 fit beside the whole query weights. The words name both counts and the cost of the
+    137th slot: a plan that gathers the queries, its decode step ~2x as long, as the
+    compiler's own estimate of the two plans says (simulated: 41.8 ms at 136, 81.8 ms at
+    137, link-bound)."""
+    scenario = api.load(SNAP)
+    holds, runs = batch_capacity(scenario, runnable=False), batch_capacity(scenario)
+    whole = batch_capacity(api.load(SNAP, ANY_BATCH))
+    assert (holds, runs, whole) == (158, 128, 136)
+    words = capacity_words(scenario, holds, runs)
+    system = scenario.hardware.system
+
+    def estimate(slots: int, held: bool) -> float:
+        shape = StepShape("decode", slots, 1, 32768)
+        plan = replace(shard_plan(scenario, shape), whole_queries=held, replicate_queries=held)
+        return step_estimate(scenario, step_groups(scenario, shape), plan, system).time_s
+
+    ratio = estimate(137, False) / estimate(136, True)
+    assert 1.9 < ratio < 2.2
+    assert "'auto' picks 128, the most of them the stack runs" in words
+    assert (
+        "; 136 fit beside MLA's query and value weights held whole (attn.q_b_proj and "
+        "attn.kv_b_proj on every socket: 2.9 GiB of replicas)"
+    ) in words, words
+    assert (
+        f"from 137 the plan holds their slices and gathers the queries, a decode step "
+        f"{ratio:.2g}x as long" in words
+    ), words
+    # the memory plan says which weights are the replicas, and their bytes
+    sliced = sum(w.bytes for w in weight_inventory(scenario))
+    replicated = sum(w.bytes for w in weight_inventory(scenario, whole_queries=True))
+    compiler = Compiler(api.load(SNAP, ANY_BATCH))
+    held = compiler.placement(136)
+    assert held.replicas == ("attn.q_b_proj", "attn.kv_b_proj")
+    assert held.replica_bytes == replicated - sliced
+    gathering = compiler.placement(137)
+    assert (gathering.replicas, gathering.replica_bytes) == ((), 0)
+    # a layout that never holds them whole says nothing of them
+    head_split = api.load(SNAP, {"parallelism.mla_cache_layout": "head_split"})
+    assert "MLA" not in capacity_words(head_split, 100, 64)
+
+
+def test_a_run_says_which_weights_are_replicas() -> None:
+    """The run's JSON and its memory table name the replicas inside the HBM weights (a plan
+    of 136 slots holds them; one of 137 gathers the queries and holds none)."""
+    result = api.run(SNAP, {"serving.requests": 2, **ANY_BATCH, "serving.batch_slots": 136})
+    summary = result.summary()
+    assert summary.to_dict()["weight_replicas"] == {
+        "names": ["attn.q_b_proj", "attn.kv_b_proj"],
+        "bytes": 3_118_964_160,
+    }
+    caption = str(memory_table(summary).caption)
+    assert caption.startswith("Of the HBM weights, 2.9 GiB are replicas: attn.q_b_proj and ")
+    gathering = api.run(SNAP, {"serving.requests": 2, **ANY_BATCH, "serving.batch_slots": 137})
+    assert "weight_replicas" not in gathering.to_dict()
+    assert memory_table(gathering.summary()).caption is None

@@ -8,9 +8,11 @@ called the stack's."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from step_bounds import bound_of
 
 from rdu_sim import api
+from rdu_sim.cli.main import cli
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.report.bound import RESOURCES, StepBound
 from rdu_sim.report.summary import summarize
@@ -139,3 +141,51 @@ def test_shipped_steps_are_accounted_for(
 ) -> None:
     """The shipped workloads' steps keep the property as they are."""
     _accounts(*bound_of(workload, overrides, **shape))
+
+
+PART_CASES = [
+    ("deepseek-r1-128k-snapstream", "decode", {}),
+    (SEVENTY_B, "prefill", {}),
+    (SEVENTY_B, "decode", H100),
+    (SEVENTY_B, "prefill", H100),
+    (SEVENTY_B, "decode", {**H100, "stack.host.overlapped_per_step": "30ms"}),
+]
+
+
+@pytest.mark.parametrize(("workload", "phase", "overrides"), PART_CASES)
+def test_the_step_parts_add_up_to_the_step(workload: str, phase: str, overrides: dict) -> None:  # type: ignore[type-arg]
+    """The trial's SnapStream decode step: hbm 37.86 + host 1.646 + boundaries 0.068 + loop
+    0.0295 = 39.60 ms of 40.99, and unaccounted_s 0 (it compares against every resource
+    together, which overlap). The parts are measured: the binding resource's time, the
+    kernels' execution it did not take (idle), the boundaries and the host's time; they add
+    up to the step, and none is negative."""
+    report = api.step_report(workload, overrides, phase=phase)
+    data = report.to_dict()
+    parts, bound = data["parts"], data["bound"]
+    assert sum(parts.values()) == pytest.approx(data["step_s"], rel=1e-12, abs=0)
+    assert all(t > 0 for t in parts.values()), parts
+    kernels = report.timing.kernels
+    execution = sum(k.time_s - k.overhead_s for k in kernels)
+    resource = bound["resource"]
+    if resource in ("hbm", "link", "compute"):
+        assert parts[resource] == bound[f"{resource}_s"]
+        assert parts["idle"] == pytest.approx(execution - bound[f"{resource}_s"], rel=1e-12)
+    else:  # a serial part binds: the kernels' execution stays whole
+        assert parts["execution"] == pytest.approx(execution, rel=1e-12)
+    assert parts.get("boundaries", 0.0) == pytest.approx(sum(k.overhead_s for k in kernels))
+    assert parts.get("runtime", parts.get("host", 0.0)) == pytest.approx(data["runtime_s"])
+
+
+def test_the_snapstream_step_names_its_idle_hbm() -> None:
+    """The SnapStream decode step's 1.42 ms the HBM did not take is named, in the JSON and
+    on the console's line, where the parts add up to the step."""
+    parts = api.step_report("deepseek-r1-128k-snapstream").to_dict()["parts"]
+    assert list(parts) == ["hbm", "idle", "runtime", "boundaries"]
+    assert parts["idle"] == pytest.approx(1.42e-3, abs=0.01e-3)
+    printed = CliRunner().invoke(cli, ["step", "deepseek-r1-128k-snapstream"]).output
+    assert (
+        "the step's parts: HBM bandwidth 37.9 ms + the binding resource idle while the kernels "
+        "ran (pipeline fill and drain, kernels or stages waiting on other resources) 1.42 ms + "
+        "the serving stack's host time on the step's path 1.65 ms + kernel boundaries (launch "
+        "and sync) 68 us = 41 ms"
+    ) in " ".join(printed.split())

@@ -230,8 +230,9 @@ def test_the_schemas_name_every_metric_a_result_holds() -> None:
         assert entry.result is not None
         schema = entry.result()
         result = entry.function(point, entry.options())
-        # a paged KV pool's section is a paged stack's run's only (this one's slots are static)
-        assert list(result) == [n for n in schema.names if n != "kv_pool"]
+        # a paged KV pool's section is a paged stack's run's only (this one's slots are
+        # static), and the replicas a plan holding MLA's query weights whole's
+        assert list(result) == [n for n in schema.names if n not in ("kv_pool", "weight_replicas")]
         assert [m for m in flatten(result) if schema.unknown(m) is not None] == []
         assert schema.problem("provenance") is not None
     assert schema.problem("memory.hbm.capacity") == (  # synthetic's

@@ -47,6 +47,7 @@ from rdu_sim.compare import Column, Comparison, compare, nothing_runs
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
+from rdu_sim.report.bound import LABELS, bound_label
 
 
 def _count(value: int | None) -> str:
@@ -127,6 +128,23 @@ def _served(column: Column) -> str:
     return f"{human.number(column.system_served_tokens_per_s)} (prefill {share} of the time)"
 
 
+def _prefill_bound(column: Column) -> str:
+    """``link, 420 ms of 423 ms``: what binds the typical prompt's prefill step as it runs
+    (``compute, 210 ms of 333 ms (3 prompts)`` when the stack packs them), that resource's
+    time and the step's (the verdict names a link's class,
+    ``prefill_bound_words``; ``(largest part)`` when it takes under half the step)."""
+    if column.prefill_bound is None or column.prefill_step_s is None:
+        return human.MISSING
+    limit = column.prefill_bound_s or 0.0
+    part = bound_label(limit, column.prefill_step_s) != "bound by"
+    packed = column.prefill_packed or 1
+    return (
+        f"{LABELS[column.prefill_bound]}{' (largest part)' if part else ''}, "
+        f"{human.duration(limit)} of {human.duration(column.prefill_step_s)}"
+        + (f" ({packed} prompts)" if packed > 1 else "")
+    )
+
+
 def _per_device(column: Column) -> str:
     """``1,728 / 9,146``: served and decode-step tokens/s per device of the whole system."""
     if column.system_served_tokens_per_s is None or column.system_tokens_per_s is None:
@@ -188,6 +206,7 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("share of peak FLOP/s", _flops_share),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
     ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
+    ("prefill step bound by", _prefill_bound),
     ("prefill, median prompt past the KV budget", _long_prompt),
 )
 LONG_ROW = ROWS[-1][0]

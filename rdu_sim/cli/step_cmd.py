@@ -37,7 +37,11 @@ batch slots or the step's batch when larger, as a served step of that batch runs
 says on a ``weights`` line when any are in DDR), ``bound`` (``report.bound``: each
 resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the
 overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
-explains), for a default decode step of fewer sequences than the batch slots
+explains), ``parts`` (``report.bound.step_parts``: the step's time in parts that add up to
+``step_s``, the binding resource's time, ``idle`` the kernels' execution it did not take,
+and the serial parts beside it: ``boundaries``, ``runtime`` the host's, ``launch`` or
+``pipeline``; the console's ``the step's parts`` line), for a default decode step of
+fewer sequences than the batch slots
 ``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
 console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
 hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a
@@ -282,6 +286,7 @@ def _print_tables(
         bound_label,
         link_note,
         others_alone,
+        parts_words,
         resource_words,
     )
 
@@ -326,6 +331,7 @@ def _print_tables(
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"
     )
+    console.print(f"the step's parts: {parts_words(data['parts'])}", markup=False)
     if weights is not None:
         console.print(weights)
     console.print(flops_words(data, repeated, device))

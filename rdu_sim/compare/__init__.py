@@ -57,8 +57,10 @@ from rdu_sim.compare.column import Column, Comparison
 from rdu_sim.compare.why import column_lines, not_compared, scope, stacks_differ, verdicts
 from rdu_sim.compiler import CapacityError
 from rdu_sim.compiler.fusion import fusion_level
+from rdu_sim.compiler.placement import placement_warnings
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
+from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import did_you_mean
 from rdu_sim.config.overrides import (
     API,
@@ -452,6 +454,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     per_instance = replica_devices(layout)
     ranks = replica_batch(layout, 1)
     power, sockets_per_node = hardware.power, hardware.system.sockets_per_node
+    ddr = hardware.socket.ddr if isinstance(hardware, HardwareConfig) else None
     base = Column(
         hardware=hardware.name,
         hardware_file=scenario.hardware_file,
@@ -468,6 +471,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         stack=scenario.stack.name,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         hbm_efficiency=float(hardware.hbm.efficiency),
+        peak_ddr_bandwidth=float(ddr.bandwidth) if ddr is not None else 0.0,
+        ddr_efficiency=float(ddr.efficiency) if ddr is not None else 1.0,
         peak_flops=peak_matrix_flops(scenario),
         peak_flops_type=peak_matrix_type(scenario),
         dtypes=_dtypes(scenario),
@@ -500,6 +505,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         long_s = None if long is None else prefill_seconds(cache, timed, long.median)
         long_shapes = [] if long is None else served_prefill_steps(timed, long.median)
         output = typical_output(timed, prompt)
+        # the run's words for weights its batch pushes to DDR (a CoE keeps its experts there)
+        placement = backend.plan_memory(timed, slots)
+        warnings = [] if timed.workload.coe else placement_warnings(timed, placement)
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -509,6 +517,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
     instance_batch = replica_batch(layout, decode.batch)
     system_tokens_per_s = instance_batch / step * base.instances
     packed, packed_s = _packed_prefill(timed, cache, prefill_shapes, decode.batch, prefill_s)
+    # the typical prompt's (first) prefill step, as many of them as the stack packs
+    first = cache.cost(replace(prefill_shapes[0], batch=packed)).detail
+    assert isinstance(first, StepTiming)
+    prefill_bound = step_bound(first, hardware)
     # the typical request's (the median prompt's, in every column alike: a compressing
     # policy's long prompts are their own row, and the workload sends them to every column)
     per_request = packed_s / packed
@@ -541,6 +553,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         prefill_bucket=prefill_shapes[0].tokens,
         prefill_steps=len(prefill_shapes),
         prefill_compressed=typical.compressed,
+        prefill_step_s=prefill_bound.step_s,
+        prefill_bound=prefill_bound.bound,
+        prefill_bound_s=prefill_bound.limit_s,
+        prefill_bound_link=prefill_bound.link or None,
         long_prefill_s=long_s,
         long_prefill_tokens=None if long is None else long.median,
         long_prefill_bucket=long_shapes[0].tokens if long_shapes else None,
@@ -550,6 +566,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         bound_link=bound.link or None,
         resource_s=bound.times(),
         hbm_bytes=bound.hbm_bytes,
+        ddr_bytes=bound.ddr_bytes,
+        warnings=warnings,
         flops=bound.flops,
         runtime_s=bound.runtime_s,
         pipeline_bubble=bound.bubble,

@@ -87,6 +87,13 @@ class Column:
     prefill_bucket: int | None = None  # tokens of its step (its prompt bucket) or of a chunk
     prefill_steps: int | None = None  # 1, or the chunks it is cut into
     prefill_compressed: bool = False  # the column's KV policy compresses that prompt
+    # that prompt's (first) prefill step, packed as the stack packs it (``prefill_packed``),
+    # against its bounds as the decode step's below
+    # (``report.bound``): its time, what binds it, that resource's time, its link class
+    prefill_step_s: float | None = None
+    prefill_bound: str | None = None
+    prefill_bound_s: float | None = None
+    prefill_bound_link: str | None = None
     # a compressing policy's longer prompts (``serving.step_shape.long_prompts``): the prefill
     # of their median as a server runs it, its tokens, bucket (or chunk) and their share of
     # the requests; None when the policy compresses no prompt the workload sends
@@ -109,6 +116,14 @@ class Column:
     # every resource's time alone in the step (``report.bound``: compute, hbm, ... host)
     resource_s: dict[str, float] = field(default_factory=dict)
     hbm_bytes: float | None = None  # HBM bytes one device moves in the decode step
+    ddr_bytes: float | None = None  # DDR bytes one device reads in it (weights spilled there)
+    # the DDR bandwidth of one device and the share of it it sustains (``ddr.efficiency``;
+    # 0 for a GPU, which has no DDR tier): its time in the bound is the bytes at their product
+    peak_ddr_bandwidth: float = 0.0
+    ddr_efficiency: float = 1.0
+    # what a reader must be told of the column's memory plan, in the words a run's report
+    # gives (``compiler.placement.placement_warnings``: weights its batch pushed to DDR)
+    warnings: list[str] = field(default_factory=list)
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step
     # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None

@@ -72,6 +72,29 @@ def _hbm_rate(column: Column) -> float:
     return column.peak_hbm_bandwidth * column.hbm_efficiency
 
 
+def _demand_words(column: Column) -> str:
+    """The binding resource's demand and rate in parentheses, where :func:`_demand` knows
+    them (a tier's bytes at its rate, FLOPs at the peak); nothing for the others."""
+    if column.bound in ("hbm", "ddr", "compute"):
+        said = _demand(column)
+        return "" if said == "its time" else f" ({said})"
+    return ""
+
+
+def _ddr_rate(column: Column) -> float:
+    """The DDR bandwidth a device sustains (peak x ``ddr.efficiency``), as :func:`_hbm_rate`."""
+    return column.peak_ddr_bandwidth * column.ddr_efficiency
+
+
+def _rate_words(peak: float, efficiency: float) -> str:
+    """A memory tier's sustained rate (peak x efficiency), and the share of its peak that is
+    when not all of it: ``1.71 TB/s (95.0% of its 1.8 TB/s peak)``."""
+    rate = human.bandwidth(peak * efficiency)
+    if efficiency != 1.0:
+        rate += f" ({human.percent(efficiency)} of its {human.bandwidth(peak)} peak)"
+    return rate
+
+
 def _bound_label(column: Column) -> str:
     """``bound by``, or ``largest part`` when its resource takes under half the step."""
     return bound_label(column.bound_s or 0.0, column.step_s or 0.0)
@@ -81,11 +104,11 @@ def _demand(column: Column) -> str:
     """The binding resource's demand and rate in one device's decode step (HBM: the rate
     it sustains, and the share of its peak that is)."""
     if column.bound == "hbm" and column.hbm_bytes is not None:
-        rate = human.bandwidth(_hbm_rate(column))
-        if column.hbm_efficiency != 1.0:
-            peak = human.bandwidth(column.peak_hbm_bandwidth)
-            rate += f" ({human.percent(column.hbm_efficiency)} of its {peak} peak)"
+        rate = _rate_words(column.peak_hbm_bandwidth, column.hbm_efficiency)
         return f"{human.size(column.hbm_bytes)} of HBM traffic per device at {rate}"
+    if column.bound == "ddr" and column.ddr_bytes is not None:
+        rate = _rate_words(column.peak_ddr_bandwidth, column.ddr_efficiency)
+        return f"{human.size(column.ddr_bytes)} of weights read from DDR per device at {rate}"
     if column.bound == "compute" and column.flops is not None:
         return (
             f"{human.si(column.flops, 'FLOP')} per device at {human.flops(column.peak_flops)} peak"
@@ -255,6 +278,7 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f": {_demand(column)}; each resource alone: "
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
+        lines += [f"{column.label}: warning: {said}" for said in column.warnings]
     return lines
 
 
@@ -398,7 +422,10 @@ def _device_why(a: Column, b: Column) -> str:
         f"({human.duration(a.step_s)} vs {human.duration(b.step_s)})"
     )
     if a.bound != b.bound:
-        return f"{head}, {_bound_label(a)} {_resource(a)} against {_bound_label(b)} {_resource(b)}"
+        return (
+            f"{head}, {_bound_label(a)} {_resource(a)}{_demand_words(a)} against "
+            f"{_bound_label(b)} {_resource(b)}{_demand_words(b)}"
+        )
     resource = _resource(a)
     shares = (_share(a), _share(b))
     if min(shares) < UNEXPLAINED:
@@ -419,6 +446,7 @@ def _device_why(a: Column, b: Column) -> str:
         )
     demands = {
         "hbm": (a.hbm_bytes, b.hbm_bytes, _hbm_rate(a), _hbm_rate(b), "traffic"),
+        "ddr": (a.ddr_bytes, b.ddr_bytes, _ddr_rate(a), _ddr_rate(b), "traffic"),
         "compute": (a.flops, b.flops, a.peak_flops, b.peak_flops, "FLOPs"),
     }.get(a.bound or "")
     if demands is None or demands[0] is None or demands[1] is None:
@@ -524,8 +552,29 @@ def _prefill_why(a: Column, b: Column) -> str:
     return (
         f"each request's prefill ({prompt}{packed}) takes "
         f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
-        f"{human.duration(theirs)}) beside its {outputs} output tokens' decode steps"
+        f"{human.duration(theirs)}; {_prefill_bounds(a, b)}) beside its {outputs} output "
+        "tokens' decode steps"
     )
+
+
+def prefill_bound_words(column: Column) -> str:
+    """What binds ``column``'s typical prefill step, with that resource's time of the step
+    (``bound by intra_node_link, the links within a node, 420 ms of 423 ms``; the decode
+    step's rule, ``report.bound``)."""
+    if column.prefill_bound is None or column.prefill_step_s is None:
+        return "?"
+    limit = column.prefill_bound_s or 0.0
+    return (
+        f"{bound_label(limit, column.prefill_step_s)} "
+        f"{resource_words(column.prefill_bound, column.prefill_bound_link or '')}, "
+        f"{human.duration(limit)} of {human.duration(column.prefill_step_s)}"
+    )
+
+
+def _prefill_bounds(a: Column, b: Column) -> str:
+    """What binds each column's prefill step: ``its step bound by HBM bandwidth, 20 ms of
+    22 ms, vs bound by ...``."""
+    return f"its step {prefill_bound_words(a)}, vs {prefill_bound_words(b)}"
 
 
 def _head(a: Column, b: Column, served: bool) -> str:

@@ -47,7 +47,7 @@ from rdu_sim.compiler.errors import (
     join_remedies,
 )
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
-from rdu_sim.compiler.layout import kv_slot_bytes_per_socket, mla_cache_form, shard_plan
+from rdu_sim.compiler.layout import ShardPlan, kv_slot_bytes_per_socket, mla_cache_form, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.program import (
     Placement,
@@ -55,7 +55,7 @@ from rdu_sim.compiler.program import (
     Tier,
     TierUsage,
 )
-from rdu_sim.compiler.query_choice import replicates
+from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate
 from rdu_sim.compiler.stages import PipelineStage
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
@@ -64,7 +64,7 @@ from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.overrides import override_for
 from rdu_sim.config.parallelism import replica_devices
 from rdu_sim.config.workload import FixedLength, LengthDistribution
-from rdu_sim.graph import operators
+from rdu_sim.graph import GraphGroup, operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
 from rdu_sim.kv.paged import PagedKV, reserved_pages
@@ -750,13 +750,32 @@ def plan_memory(
         ),
         "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
     }
+    replicas, replica_bytes = _replicas(scenario, inventory, stage)
     return Placement(
         batch_slots=batch_slots,
         tiers=tiers,
         tensors=tuple(tensors),
         pipeline_stage=-1 if stage is None else stage.index,
         kv_pool=pool,
+        replicas=replicas,
+        replica_bytes=replica_bytes,
     )
+
+
+def _replicas(
+    scenario: Scenario, inventory: list[WeightTensor], stage: PipelineStage | None
+) -> tuple[tuple[str, ...], int]:
+    """The weights of ``inventory`` held whole on every socket beyond the slices the layout
+    gives them (MLA's query and value weights, when the plan holds them whole:
+    `whole_queries`), by name, and those extra bytes per socket: measured against the
+    inventory of the slices."""
+    if not chooses_queries(scenario):
+        return (), 0
+    slices = {w.key: w.bytes for w in weight_inventory(scenario, stage=stage)}
+    grown = {w.key: w.bytes - slices.get(w.key, 0) for w in inventory}
+    grown = {key: extra for key, extra in grown.items() if extra > 0}
+    names = tuple(dict.fromkeys(key.split("/", 1)[-1] for key in grown))
+    return names, sum(grown.values())
 
 
 def _fewer_slots_hint(
@@ -772,10 +791,18 @@ def _fewer_slots_hint(
     if not 0 < holds < batch_slots:
         return []
     capacity = batch_capacity(scenario, strict=False, stage=stage, system=system)
-    return [f"{FEWER_SLOTS} ({capacity_words(scenario, holds, capacity)})"]
+    words = capacity_words(scenario, holds, capacity, stage=stage, system=system)
+    return [f"{FEWER_SLOTS} ({words})"]
 
 
-def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None = None) -> str:
+def capacity_words(
+    scenario: Scenario,
+    holds: int,
+    runs: int,
+    slots: int | None = None,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
+) -> str:
     """What bounds the batch, in words, for a run's report and the capacity error alike:
     ``holds`` slots fit in memory beside the weights (`batch_capacity` with
     ``runnable=False``: within the room the stack gives its KV cache,
@@ -785,7 +812,9 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
     `_whole_queries_batch`; SRAM never bounds it, a kernel's tiles are cut to fit). With
     ``slots``, an explicit ``serving.batch_slots``: that it was set; beyond ``holds``,
     where the extra slots' KV cache is (`_beyond_words`); and beyond what the stack runs,
-    that it runs them as if the stack did (`_unrunnable_words`)."""
+    that it runs them as if the stack did (`_unrunnable_words`). Under MLA's sequence_split
+    layout, how many fit beside its query weights held whole and what a slot more costs
+    (`whole_queries_words`, of a pipeline ``stage`` on ``system``'s links)."""
     stack = scenario.stack
     explicit = slots is not None and scenario.workload.serving.batch_slots != "auto"
     picks = "'auto' would pick" if explicit else "'auto' picks"
@@ -797,26 +826,71 @@ def capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | None 
             f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
             f"each request reserves its {reserved_words(scenario)} at admission)"
         )
+    whole = whole_queries_words(scenario, holds, stage, system)
     if not holds:
         fit = f"not even one fits {beside}"
     elif holds == runs:
-        fit = f"at most {holds} fit {beside}; {picks} that"
+        fit = f"at most {holds} fit {beside}; {picks} that{whole}"
     elif runs < stack.runnable_batch(holds):  # `_whole_queries_batch`
+        them = whole.replace(WHOLE_QUERY_WEIGHTS, "them", 1)
+        most = _whole_slots(scenario, stage)
+        runs_words = "" if runs == most else f" (its {_limit_words(scenario, most)})"
         fit = (
-            f"at most {holds} fit {beside}; {picks} {runs}, the most beside MLA's query and "
-            "value weights held whole, so that its decode steps make every head's queries "
+            f"at most {holds} fit {beside}; {picks} {runs}, the most the stack runs beside "
+            f"{WHOLE_QUERY_WEIGHTS}{runs_words}{them}"
+            if whole
+            else f"at most {holds} fit {beside}; {picks} {runs}, the most beside "
+            f"{WHOLE_QUERY_WEIGHTS}, so that its decode steps make every head's queries "
             "instead of gathering them"
         )
     else:
         fit = (
             f"at most {holds} fit {beside}; {picks} {runs}, the most of them the stack runs "
-            f"(its {_limit_words(scenario, holds)})"
+            f"(its {_limit_words(scenario, holds)}){whole}"
         )
     if not explicit or slots is None:
         return fit
     return (
         f"serving.batch_slots sets {slots}; {fit}"
         f"{_beyond_words(scenario, holds, slots)}{_unrunnable_words(scenario, slots)}"
+    )
+
+
+WHOLE_QUERY_WEIGHTS = "MLA's query and value weights held whole"
+"""How the capacity words name q_b_proj and kv_b_proj held whole on every socket."""
+
+
+def whole_queries_words(
+    scenario: Scenario,
+    holds: int,
+    stage: PipelineStage | None = None,
+    system: SystemConfig | None = None,
+) -> str:
+    """The cliff inside the ``holds`` slots that fit beside the slices of MLA's query and
+    value weights, for `capacity_words`: fewer slots fit beside them held whole, whose decode
+    steps make every head's queries (`whole_queries`); a plan of more slots holds the slices
+    and gathers the queries, its decode step as long as the compiler's estimate of both says
+    (`compiler.query_choice`, on ``system``'s links, by default the scenario's). Nothing when
+    the layout never holds them whole, or the most beside them gather anyway; else a
+    clause, ``; 136 fit beside`` `WHOLE_QUERY_WEIGHTS` ``(...)``."""
+    if not chooses_queries(scenario):
+        return ""
+    whole = _whole_slots(scenario, stage)
+    links = scenario.hardware.system if system is None else system
+    if not 0 < whole < holds or not _replicates(scenario, whole, stage, links):
+        return ""
+    names, extra = _replicas(
+        scenario, weight_inventory(scenario, stage=stage, whole_queries=True), stage
+    )
+    held = _decode_estimate(scenario, whole, stage, links, whole=True).time_s
+    gathered = _decode_estimate(scenario, whole + 1, stage, links, whole=False).time_s
+    return (
+        f"; {whole} fit beside {WHOLE_QUERY_WEIGHTS} ({' and '.join(names)} on every "
+        f"{device_noun(scenario.hardware)}: {human.size(extra, 3)} of replicas), whose decode "
+        f"steps make every head's queries; from {whole + 1} the plan holds their slices and "
+        f"gathers the queries, a decode step {human.ratio(gathered / held, 2)} as long (the "
+        f"compiler's estimate: {human.duration(gathered)} at {whole + 1} slots, "
+        f"{human.duration(held)} at {whole})"
     )
 
 
@@ -934,9 +1008,32 @@ def _replicates(
     """Whether the largest decode step of ``slots`` slots (a verify step's tokens each; a
     pipeline ``stage``'s layers of it) would make every head's MLA queries on every socket,
     given their weights whole."""
+    groups, plan = _decode_step(scenario, slots, stage)
+    return replicates(scenario, groups, replace(plan, whole_queries=True), system)
+
+
+def _decode_step(
+    scenario: Scenario, slots: int, stage: PipelineStage | None
+) -> tuple[list[GraphGroup], ShardPlan]:
+    """The largest decode step of ``slots`` slots (a verify step's tokens each; a pipeline
+    ``stage``'s layers of it): its graphs, and the plan that shards them."""
     shape = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
-    plan = replace(shard_plan(scenario, shape), whole_queries=True)
-    return replicates(scenario, step_groups(scenario, shape, stage), plan, system)
+    return step_groups(scenario, shape, stage), shard_plan(scenario, shape)
+
+
+def _decode_estimate(
+    scenario: Scenario,
+    slots: int,
+    stage: PipelineStage | None,
+    system: SystemConfig,
+    whole: bool,
+) -> StepEstimate:
+    """The compiler's estimate (`query_choice.step_estimate`) of the largest decode step of
+    ``slots`` slots on a plan holding MLA's query weights ``whole`` (then making every head's
+    queries) or their slices (then gathering them)."""
+    groups, plan = _decode_step(scenario, slots, stage)
+    plan = replace(plan, whole_queries=whole, replicate_queries=whole)
+    return step_estimate(scenario, groups, plan, system)
 
 
 def whole_queries(
@@ -1071,12 +1168,16 @@ def _whole_queries_batch(
     batch's step gathers (then the slices' count stands)."""
     if not chooses_queries(scenario):
         return 0
-    whole = _pinned_weights(scenario, True, stage)
-    beside = scenario.stack.runnable_batch(
-        most_slots(lambda slots: _fits(scenario, slots, whole, stage))
-    )
+    beside = scenario.stack.runnable_batch(_whole_slots(scenario, stage))
     links = scenario.hardware.system if system is None else system
     return beside if beside and _replicates(scenario, beside, stage, links) else 0
+
+
+def _whole_slots(scenario: Scenario, stage: PipelineStage | None) -> int:
+    """The most slots that fit beside MLA's query and value weights held whole (a
+    pipeline ``stage``'s)."""
+    whole = _pinned_weights(scenario, True, stage)
+    return most_slots(lambda slots: _fits(scenario, slots, whole, stage))
 
 
 def _weights_placed(scenario: Scenario, total: int, pinned: int) -> str:

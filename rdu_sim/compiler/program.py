@@ -171,6 +171,10 @@ class Placement:
     # a paged KV cache's pool of pages (the stack's kv_page_tokens), which its KV bytes are;
     # None: static slots of the policy's slot each
     kv_pool: PagedKV | None = None
+    # weights held whole on every socket beyond the slices the layout gives them (MLA's query
+    # and value weights, `placement.whole_queries`), by name, and those extra bytes per socket
+    replicas: tuple[str, ...] = ()
+    replica_bytes: int = 0
 
 
 @dataclass(frozen=True)

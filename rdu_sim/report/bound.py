@@ -41,6 +41,12 @@ The resources overlap, so their times need not add up to the step; but a step lo
 all of them together holds time none of them explains: ``unaccounted_s`` says how much (a
 pipelined step's rest is its bubble, ``StepBound.bubble``, so it has none).
 
+So the step report also gives the step as parts that add up to it (:func:`step_parts`,
+``rdu-sim step``'s ``parts``), each measured: the binding resource's time, ``idle`` the
+kernels' execution time it did not take, and what is serial beside it (the kernels'
+boundaries, the host's time on the step's path, a GPU's wait for its launches, a pipeline's
+other stages).
+
 A pipelined step's resource times are its first stage's devices' over every micro-batch; the
 rest of its step is mostly the pipeline's bubble (stages idle while it fills and drains,
 ``engine.pipeline``), which ``StepBound.bubble`` carries for every report that names the
@@ -378,3 +384,61 @@ def bubble_words(bubble: float) -> str:
     """A pipeline's bubble in words, for the reports that name a step's bound beside it
     (``the pipeline's bubble 33.8% of its stages' time``)."""
     return f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
+
+
+PART_WORDS: dict[str, str] = {
+    "idle": "the binding resource idle while the kernels ran (pipeline fill and drain, "
+    "kernels or stages waiting on other resources)",
+    "execution": "the kernels' execution",
+    "boundaries": "kernel boundaries (launch and sync)",
+    "launch": "the device waiting for the host's kernel launches",
+    "pipeline": "the pipeline's other stages (its fill and drain)",
+    "runtime": "the serving stack's host time on the step's path",
+}
+"""Each part of :func:`step_parts` in words (the binding resource's own: :data:`RESOURCES`)."""
+
+SERIAL_BOUNDS = {"boundaries": "boundaries", "launch": "launch", "host": "runtime"}
+"""A bound that is a serial part of the step itself, by the part it is (the logits' trip,
+``host_link``, is part of the host's time on the step's path too)."""
+
+
+def step_parts(timing: StepTiming, bound: StepBound) -> dict[str, float]:
+    """The step's time as parts that add up to ``step_s``, each measured by the engine: the
+    host time the serving stack adds (``runtime``), the device's time before and between its
+    kernels beyond their own (``launch`` on a GPU, the host's launches it waited for;
+    ``pipeline`` for a pipeline, its other stages), the kernels' boundaries (launch and
+    sync) and their execution; the execution split into the binding resource's time and the
+    rest of it, ``idle`` (the kernels' execution time the binding resource did not take:
+    pipeline fill and drain inside each kernel, waits on other resources). A bound that is
+    itself a serial part (the boundaries, the launches, the host) is that part, named by
+    the resource, and the execution stays whole. Parts of zero are left out."""
+    kernels = sum(k.time_s for k in timing.kernels)
+    overheads = sum(k.overhead_s for k in timing.kernels)
+    gap = "pipeline" if timing.pipeline is not None else "launch"
+    parts = {
+        "runtime": timing.runtime_s,
+        gap: timing.device_s - kernels,
+        "boundaries": overheads,
+        "execution": kernels - overheads,
+    }
+    whole = SERIAL_BOUNDS.get("host" if bound.bound == "host_link" else bound.bound)
+    if whole is not None:
+        parts = {bound.bound if name == whole else name: t for name, t in parts.items()}
+    else:
+        execution = parts.pop("execution")
+        parts = {bound.bound: bound.limit_s, "idle": execution - bound.limit_s, **parts}
+    return {name: t for name, t in parts.items() if abs(t) > NOISE_S}
+
+
+NOISE_S = 1e-15
+"""A part shorter than this (a femtosecond) is the subtraction's rounding, not time."""
+
+
+def parts_words(parts: Mapping[str, float]) -> str:
+    """:func:`step_parts` as a sum: ``HBM bandwidth 37.9 ms + the binding resource idle
+    ... 1.39 ms + ... = 41 ms``."""
+    said = " + ".join(
+        f"{PART_WORDS.get(name) or RESOURCES[name]} {human.duration(t)}"
+        for name, t in parts.items()
+    )
+    return f"{said} = {human.duration(sum(parts.values()))}"

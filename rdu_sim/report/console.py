@@ -30,6 +30,7 @@ from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.report.speculation import draft_devices
 from rdu_sim.report.summary import (
     OCCUPANCY_FULL,
+    DecodeStepBound,
     OfferedLoad,
     RunSummary,
     Utilization,
@@ -450,19 +451,29 @@ def memory_table(result: RunSummary) -> Table:
             human.percent(usage.used_bytes / capacity, 0) if capacity else human.MISSING,
             human.size(usage.free_bytes),
         )
+    captions = []
+    replicas = result.weight_replicas
+    if replicas is not None:
+        captions.append(
+            f"Of the HBM weights, {human.size(replicas.bytes)} are replicas: "
+            f"{' and '.join(replicas.names)} held whole on every {result.device}, not sliced "
+            f"{result.tp} ways, so that decode steps make every head's queries (the capacity "
+            "line says what more slots cost)."
+        )
     sram = result.memory.get("sram")
     if sram is not None and sram.capacity_bytes and not sram.used_bytes:
-        table.caption = (
+        captions.append(
             "The serving plan keeps no weights or KV cache in SRAM: kernels use it for their "
             "stage buffers while they run (`rdu-sim inspect graph` shows a step's)."
         )
+    if captions:
+        table.caption = " ".join(captions)
         table.caption_justify = "left"
     return table
 
 
-def _bound_label(result: RunSummary) -> str:
-    """``bound by``, or ``largest part`` when no resource takes half the decode step."""
-    step = result.decode_step
+def _bound_label(step: DecodeStepBound | None) -> str:
+    """``bound by``, or ``largest part`` when no resource takes half the step."""
     if step is None:
         return "bound by"
     return bound_label(step.times()[step.bound], step.step_s)
@@ -477,8 +488,21 @@ def _decode_step_words(result: RunSummary) -> str:
     return f"verify step ({spec.decoding.draft_tokens + 1} tokens a slot)"
 
 
-def _bound(result: RunSummary) -> str:
-    step = result.decode_step
+def _prefill_bound(result: RunSummary) -> str:
+    """The bound of the prefill step the run spent most time in (as the decode step's),
+    which step that is, and the share of the run's step time its prefill steps took."""
+    step = result.prefill_step
+    if step is None:
+        return "-"
+    prompts = f"{step.batch} prompts of " if step.batch > 1 else ""
+    which = f"the {prompts}{step.tokens:,}-token step"
+    share = human.percent(step.busy_share)
+    return f"{_bound(step, which)}; prefill steps {share} of the run's step time"
+
+
+def _bound(step: DecodeStepBound | None, which: str = "") -> str:
+    """What binds ``step`` in words: the resource, its time of the step's (and ``which``
+    step, after them)."""
     if step is None:
         return "-"
     times = step.times()
@@ -489,7 +513,7 @@ def _bound(result: RunSummary) -> str:
     return (
         f"{resource_words(step.bound, step.link or '', step.link_term or '')} "
         f"({human.duration(limit)} of "
-        f"{human.duration(step.step_s)}{bubble})"
+        f"{human.duration(step.step_s)}{f', {which}' if which else ''}{bubble})"
     )
 
 
@@ -512,7 +536,11 @@ def serving_table(result: RunSummary) -> Table:
         ("output tokens/s, all slots busy (steady window)", steady_decode(result)),
         (ONE_USER, human.rate(result.user_tokens_per_s.p50, "tok/s")),
         ("prefill of a typical prompt", human.duration(result.prefill_s)),
-        (f"{_decode_step_words(result)} {_bound_label(result)}", _bound(result)),
+        (
+            f"{_decode_step_words(result)} {_bound_label(result.decode_step)}",
+            _bound(result.decode_step),
+        ),
+        (f"prefill step {_bound_label(result.prefill_step)}", _prefill_bound(result)),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),

@@ -28,7 +28,7 @@ from rdu_sim.compiler.step_work import (
 )
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
-from rdu_sim.report.bound import step_bound
+from rdu_sim.report.bound import step_bound, step_parts
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend, step_batch, step_batch_note
 from rdu_sim.serving.step_cache import StepCost
@@ -94,6 +94,7 @@ class StepReport:
                 "link": bound.link or None,
                 "link_term": bound.link_term or None,
             },
+            parts=step_parts(timing, bound),
             layout=layout,
             batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
             kv_layout=scenario.kv_policy.layout(),

@@ -92,7 +92,7 @@ from rdu_sim.compiler.placement import (
     weights_placement,
 )
 from rdu_sim.compiler.program import TIERS, Placement
-from rdu_sim.config.hardware_file import device_noun
+from rdu_sim.config.hardware_file import Hardware, device_noun
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
@@ -115,6 +115,7 @@ from rdu_sim.serving.requests import RequestSet
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
+from rdu_sim.shapes import StepShape
 from rdu_sim.sim_warnings import RduSimWarning
 
 
@@ -342,6 +343,23 @@ class StepCacheStats:
 
 
 @dataclass(frozen=True)
+class WeightReplicas:
+    """Weights the memory plan holds whole on every device beyond the slices the layout
+    gives them (MLA's query and value weights, `compiler.placement.whole_queries`): their
+    names and those extra bytes per device, inside ``memory.hbm.weights_bytes``."""
+
+    names: list[str]
+    bytes: int
+
+    @classmethod
+    def of(cls, placement: Placement) -> WeightReplicas | None:
+        """``placement``'s replicas; None when it holds none."""
+        if not placement.replicas:
+            return None
+        return cls(list(placement.replicas), placement.replica_bytes)
+
+
+@dataclass(frozen=True)
 class KVPoolSummary:
     """A paged KV cache's pool (``kv.paged``; one device's share of each page): its pages
     and their tokens and bytes, the pages the workload's smallest request reserves, and the
@@ -436,32 +454,69 @@ def decode_step_bound(run: ServingRun) -> DecodeStepBound | None:
     detail = cache.cost(shape).detail
     if not isinstance(detail, StepTiming):
         return None
-    bound = step_bound(detail, run.scenario.hardware)
-    return DecodeStepBound(
-        batch=shape.batch,
-        context=shape.cache_len,
-        step_s=detail.step_s,
-        bytes_by_tier={t: b for t, b in detail.bytes_by_tier.items() if t in ("hbm", "ddr")},
-        hbm_s=bound.hbm_s,
-        ddr_s=bound.ddr_s,
-        compute_s=bound.compute_s,
-        bound=bound.bound,
-        runtime_s=bound.runtime_s,
-        link_s=bound.link_s,
-        host_s=bound.host_s,
-        blocks_s=bound.blocks_s,
-        boundaries_s=bound.boundaries_s,
-        pipeline_bubble=bound.bubble,
-        launch_s=bound.launch_s,
-        loop_s=bound.loop_s,
-        host_link_s=bound.host_link_s,
-        host_hidden_s=bound.host_hidden_s,
-        unaccounted_s=bound.unaccounted_s,
-        link=bound.link or None,
-        pmu_s=bound.pmu_s,
-        link_term=bound.link_term or None,
-        binds=bound_label(bound.limit_s, bound.step_s) == "bound by",
+    return DecodeStepBound(**_bound_fields(shape, detail, run.scenario.hardware))
+
+
+@dataclass(frozen=True)
+class PrefillStepBound(DecodeStepBound):
+    """The prefill step a run spent the most time in (its step time x the steps run of it)
+    against its bounds, as the decode step's: its ``tokens`` (a prompt's, or a chunk's, a
+    bucket's when padded) and ``busy_share``, the share of the run's step time (every
+    shape's step time x the steps run of it) its prefill steps took."""
+
+    tokens: int = 0
+    busy_share: float = 0.0
+
+
+def prefill_step_bound(run: ServingRun) -> PrefillStepBound | None:
+    """The prefill step ``run`` spent the most time in, against its bounds
+    (``report.bound.step_bound``), and the share of the run's step time in prefill (None
+    when the run ran no prefill step)."""
+    cache = run.cache
+    time = {shape: n * cache.step_s(shape) for shape, n in cache.steps.items()}
+    prefills = {shape: t for shape, t in time.items() if shape.phase == "prefill"}
+    if not prefills:
+        return None
+    shape = max(prefills, key=lambda s: (prefills[s], s.batch, s.tokens, s.cache_len))
+    detail = cache.cost(shape).detail
+    if not isinstance(detail, StepTiming):
+        return None
+    return PrefillStepBound(
+        **_bound_fields(shape, detail, run.scenario.hardware),
+        tokens=shape.tokens,
+        busy_share=sum(prefills.values()) / sum(time.values()),
     )
+
+
+def _bound_fields(shape: StepShape, detail: StepTiming, hardware: Hardware) -> dict[str, Any]:
+    """A step's `DecodeStepBound` fields: its shape, time and bytes, and each resource's
+    time against ``hardware`` (``report.bound.step_bound``, the one reading of a bound)."""
+    bound = step_bound(detail, hardware)
+    return {
+        "batch": shape.batch,
+        "context": shape.cache_len,
+        "step_s": detail.step_s,
+        "bytes_by_tier": {t: b for t, b in detail.bytes_by_tier.items() if t in ("hbm", "ddr")},
+        "hbm_s": bound.hbm_s,
+        "ddr_s": bound.ddr_s,
+        "compute_s": bound.compute_s,
+        "bound": bound.bound,
+        "runtime_s": bound.runtime_s,
+        "link_s": bound.link_s,
+        "host_s": bound.host_s,
+        "blocks_s": bound.blocks_s,
+        "boundaries_s": bound.boundaries_s,
+        "pipeline_bubble": bound.bubble,
+        "launch_s": bound.launch_s,
+        "loop_s": bound.loop_s,
+        "host_link_s": bound.host_link_s,
+        "host_hidden_s": bound.host_hidden_s,
+        "unaccounted_s": bound.unaccounted_s,
+        "link": bound.link or None,
+        "pmu_s": bound.pmu_s,
+        "link_term": bound.link_term or None,
+        "binds": bound_label(bound.limit_s, bound.step_s) == "bound by",
+    }
 
 
 @dataclass(frozen=True)
@@ -505,6 +560,8 @@ class RunSummary:
     weights_placement: str
     warnings: list[str]
     decode_step: DecodeStepBound | None
+    # the typical prompt's prefill step against its bounds, and prefill's share of the steps
+    prefill_step: PrefillStepBound | None
     coe: CoESummary | None
     requests: int
     requests_completed: int
@@ -533,6 +590,8 @@ class RunSummary:
     accepted_tokens_per_step: float | None = None  # speculative decoding: tokens per round
     speculation: SpeculationSummary | None = None
     kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
+    # weights held whole on every device beyond their slices (absent from the JSON else)
+    weight_replicas: WeightReplicas | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
@@ -540,12 +599,15 @@ class RunSummary:
         as the rest is: editing what this returns changes neither the summary nor a later call."""
         data: dict[str, Any] = rounded(asdict(replace(self, provenance={})))
         data["provenance"] = copy.deepcopy(self.provenance)
-        step = data["decode_step"]
-        if step is not None and step["pipeline_bubble"] is None:
-            del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
+        for key in ("decode_step", "prefill_step"):
+            step = data[key]
+            if step is not None and step["pipeline_bubble"] is None:
+                del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
         data["kv_kept"] = self.kv_kept.to_dict()
         if data["kv_pool"] is None:
             del data["kv_pool"]  # only a paged KV cache has one
+        if data["weight_replicas"] is None:
+            del data["weight_replicas"]  # only a plan holding MLA's query weights whole
         return data
 
 
@@ -787,6 +849,7 @@ def summarize(run: ServingRun) -> RunSummary:
         weights_placement="coe" if run.coe else weights_placement(scenario, run.placement),
         warnings=[str(said) for said in run_warnings(run, speculation)],
         decode_step=decode_step_bound(run),
+        prefill_step=prefill_step_bound(run),
         coe=coe_summary(run.coe, records) if run.coe is not None else None,
         requests=len(records),
         requests_completed=int(done.sum()),
@@ -842,4 +905,5 @@ def summarize(run: ServingRun) -> RunSummary:
         ),
         speculation=speculation,
         kv_pool=kv_pool_summary(run, makespan),
+        weight_replicas=WeightReplicas.of(run.placement),
     )

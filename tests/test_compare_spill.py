@@ -1,0 +1,34 @@
+"""compare at a batch whose KV cache pushes weights out to DDR: its columns carry the words a
+run gives (``compiler.placement.placement_warnings``), and a DDR-bound step says its bytes
+and rate as an HBM-bound one does. Llama 3.1 70B at 200 slots on SN40L-8 (128 fit)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdu_sim import api
+from rdu_sim.compare import compare
+from rdu_sim.compiler.placement import WeightsSpilledWarning
+
+WORKLOAD = "llama3.1-70b-decode"
+
+
+def test_a_spilled_batch_is_said_and_its_ddr_bound_has_bytes_and_rate() -> None:
+    result = compare(WORKLOAD, ["sn40l-8", "dgx-h100"], batch=200)
+    sn40l, h100 = result.columns
+    with pytest.warns(WeightsSpilledWarning):
+        run = api.run(WORKLOAD, {"serving.batch_slots": 200, "serving.requests": 2})
+    said = run.summary().warnings
+    assert said and "are read from DDR every step" in said[0]
+    assert sn40l.warnings == said  # the run's words
+    assert h100.warnings == []
+    assert result.to_dict()["columns"][0]["warnings"] == said
+    assert f"sn40l-8: warning: {said[0]}" in result.lines
+    # the DDR bound: its bytes at the rate it sustains make its time
+    assert sn40l.bound == "ddr" and sn40l.ddr_bytes and sn40l.bound_s
+    rate = sn40l.peak_ddr_bandwidth * sn40l.ddr_efficiency
+    assert sn40l.ddr_bytes / rate == pytest.approx(sn40l.bound_s, rel=1e-9)
+    demand = "14.8 GiB of weights read from DDR per device at 160 GB/s (80.0% of its 200 GB/s peak)"
+    assert demand in result.lines[0]
+    (verdict,) = result.verdicts
+    assert f"against bound by DDR bandwidth ({demand})" in verdict
