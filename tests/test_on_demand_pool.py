@@ -210,3 +210,29 @@ def test_a_cluster_replica_with_a_prefix_cache_preempts_and_serves_every_request
     assert served.sum() > 250 and (demand["finish_s"][served] > 0).all()
     assert pools["on_demand"]["preemptions"] > 0 and "preemptions" not in pools["reserve"]
     assert pools["on_demand"]["peak_pages"] <= pools["on_demand"]["pages"]
+
+
+def test_the_request_preempted_is_the_running_one_that_arrived_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's rule: its running queue in arrival order, the tail preempted first. Seen at
+    each preemption (a request giving its pages back, all but its last time: it completes
+    once): among the requests holding pages then, it arrived last."""
+    given: list[tuple[int, list[int]]] = []
+    original = OnDemandPool.give_back
+
+    def give_back(self: OnDemandPool, request: int, now: int) -> None:
+        given.append((request, list(self._room)))
+        original(self, request, now)
+
+    monkeypatch.setattr(OnDemandPool, "give_back", give_back)
+    arriving = {**BINDS, "serving.arrival": {"process": "poisson", "rate": 40.0}}
+    records = _run(arriving, "on_demand").records
+    arrivals = records.arrival_ps
+    last = {request: at for at, (request, _) in enumerate(given)}
+    preemptions = [(at, request, running) for at, (request, running) in enumerate(given)]
+    preemptions = [p for p in preemptions if last[p[1]] != p[0]]
+    assert len(preemptions) == records.counts.preemptions > 0
+    assert len(set(arrivals.tolist())) > 50  # (the arrivals differ)
+    for _, request, running in preemptions:
+        assert max((arrivals[r], r) for r in running) == (arrivals[request], request)
