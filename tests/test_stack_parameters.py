@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from rdu_sim import api
 from rdu_sim.compiler import Compiler
+from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.stack import HostWorkConfig, StackConfig
 from rdu_sim.engine.timing import kv_pages
 from rdu_sim.shapes import StepShape
@@ -53,6 +54,19 @@ PROBES: dict[str, dict[str, Any]] = {
         **SMALL,
         "speculation.draft": "llama-3.2-1b",
         "speculation.decoding.draft_tokens": 3,
+    },
+    # a pool of 35 pages, 4 slots: three whole requests (9 pages each) fit it, four prompts
+    # (8 pages each) do, and then a decode step lacks pages (pages given on demand preempt;
+    # a watermark of 5% keeps one page free at admission)
+    "a paged pool that binds": {
+        **SMALL,
+        "hardware": "dgx-h100",
+        "stack": "vllm-2024",
+        "stack.memory_utilization": 0.18795,
+        "stack.kv_allocation": "on_demand",
+        "stack.kv_watermark": 0.05,
+        "serving.prompt_tokens": 128,  # (the capacity's smallest request: 9 pages)
+        "serving.output_tokens": 16,
     },
 }
 
@@ -132,8 +146,11 @@ def test_every_stack_parameter_changes_a_result(path: str) -> None:
         stack = api.load(LLAMA_1S, overrides).stack.model_dump(mode="json")
         for variant in _variants(_get(stack, path), PARAMETERS[path]):
             varied = tuple(sorted({**overrides, f"stack.{path}": variant}.items()))
-            if _results(varied) != _results(base):
-                return
+            try:
+                if _results(varied) != _results(base):
+                    return
+            except ConfigError:  # a value this probe's stack refuses (its test is its own)
+                continue
     raise AssertionError(
         f"stack {path} changes no result on any probe ({', '.join(PROBES)}): give it a "
         "mechanism that reads it, or remove it"

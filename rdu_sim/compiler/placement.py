@@ -366,6 +366,8 @@ def paged_kv(scenario: Scenario, pages: int, stage: PipelineStage | None = None)
         slot_tokens=slot_tokens(scenario),
         extra_tokens=rollback_tokens(scenario),
         page_bytes=page_bytes(scenario, stage),
+        on_demand=scenario.stack.kv_allocation == "on_demand",
+        watermark_pages=int(scenario.stack.kv_watermark * pages),
     )
 
 

@@ -31,6 +31,8 @@ STACK_KEYS = frozenset(
         "decode_attention_split",
         "kv_memory_fraction",
         "memory_utilization",
+        "kv_allocation",
+        "kv_watermark",
     }
 )
 CALIBRATION_KEYS = frozenset({"fit"})  # a calibration spec (rdu_sim.validate.calibration_spec)

@@ -153,6 +153,8 @@ Sampling = Literal["host", "device"]
 SpeculativeRounds = Literal["one_program", "step_by_step"]
 BatchPrograms = Literal["any", "powers_of_two"]
 DecodeProgram = Literal["all_slots", "live"]
+KVAllocation = Literal["reserve", "on_demand"]
+"""When a paged KV cache gives a request its pages (`StackConfig.kv_allocation`)."""
 BatchLimit = Literal["memory", "max_batch_slots", "batch_programs"]
 """What bounds a stack's batch capacity (`StackConfig.batch_limit`)."""
 _MOST_SPLIT_TOKENS = 1 << 24
@@ -312,6 +314,44 @@ class StackConfig(StrictModel):
                 "stack.memory_utilization=null)"
             )
         return value
+
+    kv_allocation: KVAllocation = Field(
+        default="reserve",
+        description="when a paged KV cache (kv_page_tokens) gives a request its pages: "
+        "'reserve', all of them at admission, its prompt plus output tokens rounded up to "
+        "pages, so no request is ever preempted (TensorRT-LLM's default capacity scheduler, "
+        "GUARANTEED_NO_EVICT); 'on_demand', its prompt's pages at admission and one page "
+        "more as its decode crosses each page boundary, and when a decode step needs a "
+        "page and none is free the running request that arrived last is preempted: its "
+        "pages are freed, it returns to the front of the queue and is prefilled again, its "
+        "prompt and the tokens it had generated, when it is readmitted (vLLM's block "
+        "manager, preemption by recompute). Read only with kv_page_tokens (static slots "
+        "hold a whole sequence each); not with mixed_batching",
+    )
+
+    @field_validator("kv_allocation")
+    @classmethod
+    def _pages_on_demand(cls, value: KVAllocation, info: ValidationInfo) -> KVAllocation:
+        """Decode steps apart from prefill steps (a mixed step's decode rows growing is not
+        modelled): refused beside mixed_batching (validated first), the error at this
+        field. Static slots have no pages to give: there it is not read."""
+        if value == "on_demand" and info.data.get("mixed_batching"):
+            raise ValueError(
+                "'on_demand' with mixed_batching is not modelled (a prefill step's decode "
+                "rows would grow pages mid-step): use 'reserve', or set mixed_batching false"
+            )
+        return value
+
+    kv_watermark: float = Field(
+        default=0,
+        ge=0,
+        lt=1,
+        description="under kv_allocation on_demand, the share of the pool's pages an "
+        "admission leaves free (whole pages, rounded down): a request is admitted only when "
+        "the free pages less its prompt's are at least this many (vLLM's block manager "
+        "watermark, 0.01 by default, against preempting what it just admitted); read only "
+        "under on_demand (a reserving pool admits a request whole: it never grows)",
+    )
 
     def kv_room(self, memory: float, weights: float, activations: float) -> float:
         """Bytes of ``memory`` the runtime gives its KV cache beside ``weights`` and

@@ -5,10 +5,13 @@ vLLM) gives its KV cache one pool of pages (the room ``StackConfig.kv_room`` lea
 into pages) instead of a static slot of ``max_context`` tokens per batch slot. It admits a
 request only when the pool's free pages hold the request's whole reservation: its prompt
 plus its output tokens (at most the policy's slot), rounded up to whole pages
-(TensorRT-LLM's guaranteed-no-evict scheduling; vLLM allocates pages as a sequence grows,
-and this is the conservative model of it too: no request is ever preempted). The pages
-return when the request completes. The compiler sizes the pool and the batch with this rule
-(``compiler.placement``), the scheduler admits with it (``serving.kv_pool``).
+(TensorRT-LLM's guaranteed-no-evict scheduling: the stack's ``kv_allocation: reserve``).
+The pages return when the request completes. A stack with ``kv_allocation: on_demand``
+(vLLM's block manager) gives a request only its prompt's pages at admission and one more
+page as its decode crosses each page boundary, preempting the running request that arrived
+last when none is free (``serving.kv_pool.OnDemandPool``). The compiler sizes the pool and
+the batch with the reserving rule (``compiler.placement``), the scheduler admits with the
+stack's (``serving.kv_pool``).
 
 A cluster's prefix cache keeps its blocks in the same pool (``serving.kv_pool`` says how a
 request's pages and the cached blocks relate): a block of ``block_tokens`` is
@@ -33,6 +36,11 @@ class PagedKV:
     slot_tokens: int
     extra_tokens: int = 0
     page_bytes: int = 0  # one device's bytes of one page (for the report)
+    # the stack's ``kv_allocation`` is ``on_demand``: a request takes its prompt's pages at
+    # admission and grows page by page (``serving.kv_pool.OnDemandPool``), an admission
+    # leaving ``watermark_pages`` free (the stack's ``kv_watermark`` of the pool, rounded down)
+    on_demand: bool = False
+    watermark_pages: int = 0
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)

@@ -74,12 +74,15 @@ class PoolKVPool:
     requests' own and cached blocks' (never more than ``pages``: a decode replica's hand-off
     reserves them as an admission does); with a prefix cache, whose blocks share the pool
     (``serving.kv_pool``), the most pages its blocks took on any server (None without one,
-    and left out of the JSON)."""
+    and left out of the JSON); under pages given on demand (``kv_allocation: on_demand``)
+    the requests its servers preempted for a decode step's pages (None, and left out of the
+    JSON, for a pool that reserves)."""
 
     page_tokens: int
     pages: int
     peak_pages: int
     peak_cached_pages: int | None = None
+    preemptions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,8 +306,10 @@ class ClusterSummary(ClusterMeta):
                 pool["kv_kept"] = kept.to_dict()
             if pool["kv_pool"] is None:
                 del pool["kv_pool"]
-            elif pool["kv_pool"]["peak_cached_pages"] is None:
-                del pool["kv_pool"]["peak_cached_pages"]
+            else:
+                for key in ("peak_cached_pages", "preemptions"):
+                    if pool["kv_pool"][key] is None:
+                        del pool["kv_pool"][key]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
         for optional in ("prefix_cache", "kv_transfer", "lockstep"):

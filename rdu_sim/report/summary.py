@@ -364,7 +364,9 @@ class KVPoolSummary:
     """A paged KV cache's pool (``kv.paged``; one device's share of each page): its pages
     and their tokens and bytes, the pages the workload's smallest request reserves, and the
     pages the run's admissions held: the most at once and the time-weighted mean over the
-    makespan (never more than ``pages``)."""
+    makespan (never more than ``pages``); under pages given on demand (the stack's
+    ``kv_allocation: on_demand``) the requests preempted for a decode step's pages, a
+    request once each time (absent from the JSON for a pool that reserves)."""
 
     page_tokens: int
     pages: int
@@ -373,6 +375,7 @@ class KVPoolSummary:
     smallest_request_pages: int
     peak_pages: int
     mean_pages: float | None
+    preemptions: int | None = None
 
 
 def kv_pool_summary(run: ServingRun, makespan: float) -> KVPoolSummary | None:
@@ -390,6 +393,7 @@ def kv_pool_summary(run: ServingRun, makespan: float) -> KVPoolSummary | None:
         smallest_request_pages=smallest_request_pages(run.scenario),
         peak_pages=counts.kv_pages_peak,
         mean_pages=rounded_float(mean),
+        preemptions=counts.preemptions if pool.on_demand else None,
     )
 
 
@@ -604,8 +608,11 @@ class RunSummary:
             if step is not None and step["pipeline_bubble"] is None:
                 del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
         data["kv_kept"] = self.kv_kept.to_dict()
-        if data["kv_pool"] is None:
+        pool = data["kv_pool"]
+        if pool is None:
             del data["kv_pool"]  # only a paged KV cache has one
+        elif pool["preemptions"] is None:
+            del pool["preemptions"]  # only pages given on demand preempt
         if data["weight_replicas"] is None:
             del data["weight_replicas"]  # only a plan holding MLA's query weights whole
         return data

@@ -6,8 +6,14 @@ holds a whole ``max_context`` sequence, so a free slot is all an admission needs
 (:class:`PagedPool`, the stack's ``kv_page_tokens``): one pool of pages, a request admitted
 only when its reservation (``kv.paged.PagedKV.request_pages``: prompt plus output tokens,
 rounded up to pages; a prefill-role server's prompt plus its first token) fits the free
-pages, the pages returned when it leaves. The pool keeps its peak and its time-weighted
-pages in use, for the run's report.
+pages, the pages returned when it leaves (the stack's ``kv_allocation: reserve``,
+TensorRT-LLM's GUARANTEED_NO_EVICT). The pool keeps its peak and its time-weighted pages in
+use, for the run's report. Pages on demand (``kv_allocation: on_demand``, vLLM's block
+manager: :class:`OnDemandPool`): an admission takes its prompt's pages only, a decode run
+grows each request a page per page boundary it crosses, and the scheduler preempts the
+running request that arrived last while the next decode step's pages do not fit
+(``Scheduler._make_room``); a preempted request's own pages return and its pinned blocks
+become idle, as a leaving request's.
 
 A cluster replica's prefix cache lives in the same pages (:class:`PoolBlocks`: vLLM's block
 manager and TensorRT-LLM's KV cache reuse keep cached blocks in their one free-block pool).
@@ -39,7 +45,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rdu_sim.kv.paged import PagedKV
+from rdu_sim.kv.paged import PagedKV, reserved_pages
 from rdu_sim.serving.step_cache import StepCounts
 
 
@@ -47,6 +53,7 @@ class SlotKV:
     """Static slots: a request's KV cache is its slot's (every admission fits)."""
 
     bounded = False  # whether an admission may be refused for memory (the scheduler asks)
+    grows = False  # whether a request's pages grow as it decodes (:class:`OnDemandPool`)
 
     def fits(self, request: int, prompt: int, output: int) -> bool:
         """Whether the free KV memory holds ``request`` of ``prompt`` and ``output`` tokens."""
@@ -122,6 +129,7 @@ class PagedPool(SlotKV):
         self._used = 0  # the pages in use since then
         self._held: dict[int, int] = {}  # request -> its own pages
         self._pins: dict[int, int] = {}  # request -> blocks it pinned, as last seen
+        self.watermark = 0  # pages an admission leaves free (:class:`OnDemandPool`'s)
 
     @property
     def cached_pages(self) -> int:
@@ -140,8 +148,9 @@ class PagedPool(SlotKV):
 
     def fits(self, request: int, prompt: int, output: int) -> bool:
         """Whether the free pages, and the idle cached blocks' it would not pin, hold the
-        request's own pages (its reservation less its cached leading blocks')."""
-        pages = self.kv.request_pages(prompt, output, self.role)
+        request's own pages (what its admission takes, less its cached leading blocks') and
+        leave the watermark."""
+        pages = self._admitted_pages(prompt, output) + self.watermark
         blocks = self.blocks
         if blocks is None:
             return pages <= self.kv.pages - self.reserved
@@ -153,7 +162,7 @@ class PagedPool(SlotKV):
         """Reserve ``request``'s own pages (its reservation less the blocks it pinned),
         evicting idle blocks, least recently used first, for room (RuntimeError if they do
         not fit: the scheduler asks :meth:`fits` first)."""
-        pages = self.kv.request_pages(prompt, output, self.role)
+        pages = self._admitted_pages(prompt, output)
         self._elapse(now)
         blocks = self.blocks
         if blocks is not None:
@@ -168,6 +177,10 @@ class PagedPool(SlotKV):
         used = self._used = self.in_use
         if used > self.counts.kv_pages_peak:
             self.counts.kv_pages_peak = used
+
+    def _admitted_pages(self, prompt: int, output: int) -> int:
+        """Pages an admission of ``prompt`` and ``output`` tokens takes: its reservation."""
+        return self.kv.request_pages(prompt, output, self.role)
 
     def prefilled(self, request: int, now: int) -> None:
         """The cache took ``request``'s prompt blocks: those it now pins beyond its hits
@@ -207,10 +220,125 @@ class PagedPool(SlotKV):
         self._since = now
 
 
+class OnDemandPool(PagedPool):
+    """A paged pool that gives pages on demand (the stack's ``kv_allocation: on_demand``,
+    vLLM's block manager): an admission takes the prompt's pages only (a readmitted
+    request's prompt is its prompt and the tokens it had generated), if the free pages
+    less those leave ``kv.watermark_pages`` (vLLM's watermark); a decoding request takes
+    one page more as its next decode step's token crosses a page boundary. The scheduler
+    asks :meth:`short` before a decode run (pages its first step lacks: it preempts until
+    none), :meth:`steps_fit` how many steps of it the free pages hold, and tells
+    :meth:`grow` when it ends. A request's room (its own pages and the cached blocks it
+    pins) covers its cache: ``reserved_pages(prompt, k)`` after ``k`` decode steps, never
+    more than a reservation would take. The pages in use are counted at each run's end
+    (the time-weighted mean takes a run's growth from its end)."""
+
+    grows = True
+
+    def __init__(self, kv: PagedKV, counts: StepCounts, blocks: PoolBlocks | None = None) -> None:
+        """A mixed server's pool (a prefill or decode replica reserves: :func:`kv_pool`)."""
+        super().__init__(kv, counts, "mixed", blocks)
+        self.watermark = kv.watermark_pages
+        self._room: dict[int, int] = {}  # request -> pages its cache has (own and pinned)
+        # decoding request -> (its prompt, the slots' decode steps done when it started)
+        self._decoding: dict[int, tuple[int, int]] = {}
+
+    def _admitted_pages(self, prompt: int, output: int) -> int:
+        """The prompt's pages (its cache at admission)."""
+        return self.kv.request_pages(prompt, 0, self.role)
+
+    def take(self, request: int, prompt: int, output: int, now: int) -> None:
+        """Take the prompt's pages (:class:`PagedPool`'s rule); its room is theirs."""
+        super().take(request, prompt, output, now)
+        self._room[request] = self._admitted_pages(prompt, output)
+
+    def decoding(self, request: int, prompt: int, steps_done: int) -> None:
+        """``request`` (of ``prompt`` tokens cached) starts decoding when the slots have run
+        ``steps_done`` decode steps: its step ``k`` caches ``prompt + k`` tokens."""
+        self._decoding[request] = (prompt, steps_done)
+
+    def _needed(self, at: int) -> int:
+        """Pages the decoding requests lack for their caches after the slots' decode step
+        ``at`` (their room now counted)."""
+        kv, room = self.kv, self._room
+        page, slot, extra = kv.page_tokens, kv.slot_tokens, kv.extra_tokens
+        lacking = 0
+        for request, (prompt, start) in self._decoding.items():
+            more = reserved_pages(prompt, at - start, slot, page, extra) - room[request]
+            if more > 0:
+                lacking += more
+        return lacking
+
+    def _spare(self) -> int:
+        """Pages a request may grow into now: the free pages and the idle cached blocks'."""
+        blocks = self.blocks
+        return self.free + (0 if blocks is None else blocks.idle() * self._block_pages)
+
+    def short(self, steps_done: int) -> int:
+        """Pages the next decode step (after ``steps_done``) lacks (0: it fits)."""
+        lacking = self._needed(steps_done + 1) - self._spare()
+        return lacking if lacking > 0 else 0
+
+    def steps_fit(self, steps_done: int, steps: int) -> int:
+        """The most of ``steps`` decode steps from ``steps_done`` whose growth the pool
+        holds (0 when not even the first's: :meth:`short`)."""
+        spare = self._spare()
+        if self._needed(steps_done + steps) <= spare:
+            return steps
+        low, high = 0, steps  # the growth of ``low`` steps fits, of ``high`` does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._needed(steps_done + middle) <= spare:
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def grow(self, steps_done: int, now: int) -> None:
+        """The slots' decode steps up to ``steps_done`` ran (ending now): each decoding
+        request's room grows to its cache, idle cached blocks evicted, least recently used
+        first, for the pages (RuntimeError if they do not fit: :meth:`steps_fit` said)."""
+        kv, room, held = self.kv, self._room, self._held
+        page, slot, extra = kv.page_tokens, kv.slot_tokens, kv.extra_tokens
+        self._elapse(now)
+        blocks = self.blocks
+        for request, (prompt, start) in self._decoding.items():
+            more = reserved_pages(prompt, steps_done - start, slot, page, extra) - room[request]
+            if more <= 0:
+                continue
+            if blocks is not None:
+                while more > self.free and blocks.idle():
+                    blocks.evict()
+            if more > self.free:
+                raise RuntimeError(f"request {request} grew beyond the KV pool (a bug)")
+            room[request] += more
+            held[request] += more
+            self.reserved += more
+        used = self._used = self.in_use
+        if used > self.counts.kv_pages_peak:
+            self.counts.kv_pages_peak = used
+
+    def give_back(self, request: int, now: int) -> None:
+        """Return ``request``'s own pages (completed or preempted)."""
+        self._room.pop(request, None)
+        self._decoding.pop(request, None)
+        super().give_back(request, now)
+
+
 def kv_pool(
-    kv: PagedKV | None, counts: StepCounts, role: str = "mixed", blocks: PoolBlocks | None = None
+    kv: PagedKV | None,
+    counts: StepCounts,
+    role: str = "mixed",
+    blocks: PoolBlocks | None = None,
+    token_steps: bool = True,
 ) -> SlotKV:
     """The scheduler's KV admission rule: a paged pool for ``kv`` (its use counted in
     ``counts``; a server of ``role``; sharing its pages with ``blocks``, a prefix cache),
-    else static slots."""
-    return SlotKV() if kv is None else PagedPool(kv, counts, role, blocks)
+    else static slots. Pages on demand (``kv.on_demand``) only for a server that prefills
+    and decodes its own requests (``role`` mixed) one token a decode step
+    (``token_steps``): a disaggregated replica and speculative rounds reserve."""
+    if kv is None:
+        return SlotKV()
+    if kv.on_demand and role == "mixed" and token_steps:
+        return OnDemandPool(kv, counts, blocks)
+    return PagedPool(kv, counts, role, blocks)

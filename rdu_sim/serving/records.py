@@ -63,6 +63,9 @@ class ServingRecords:
     finish_ps: NDArray[np.int64] = field(init=False)  # last output token
     slot: NDArray[np.int64] = field(init=False)
     completions: NDArray[np.int64] = field(init=False)  # times each request completed (count)
+    # times each request was preempted (a paged pool's pages given on demand ran out: its
+    # pages freed, it was queued again and prefilled again; ``serving.kv_pool``)
+    preemptions: NDArray[np.int64] = field(init=False)
     # Speculative decoding, per request: the rounds (target verify steps) it decoded in, and
     # the drafted tokens accepted in them (its last round's included, even those past its end).
     rounds: NDArray[np.int64] = field(init=False)
@@ -90,7 +93,7 @@ class ServingRecords:
             raise ValueError("acceptance_rates needs speculative decoding and one rate a request")
         for name in ("arrival_ps", "admit_ps", "first_token_ps", "finish_ps", "slot"):
             object.__setattr__(self, name, _unset(n))
-        for name in ("completions", "rounds", "accepted_drafts"):
+        for name in ("completions", "preemptions", "rounds", "accepted_drafts"):
             object.__setattr__(self, name, np.zeros(n, dtype=np.int64))
         per_expert = n if self.coe else 0  # (a run of no experts keeps none)
         for name in ("expert", "expert_hit"):

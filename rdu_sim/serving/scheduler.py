@@ -76,10 +76,11 @@ from rdu_sim.serving.decode_rounds import DecodeRounds
 from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.handoff import HandOff
-from rdu_sim.serving.kv_pool import PoolBlocks, kv_pool
+from rdu_sim.serving.kv_pool import OnDemandPool, PoolBlocks, kv_pool
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.slots import DECODING
 from rdu_sim.serving.step_cache import StepCache, StepCounts, StepEntry
 from rdu_sim.shapes import DecodeRows, StepShape, batches_live
 
@@ -236,9 +237,6 @@ class Scheduler(Driven):
         super().__init__(cache, FOREVER if forever else len(records))
         self.records = records
         self.counts: StepCounts = records.counts
-        # an admission's KV memory (a paged pool shares its pages with ``blocks``, a prefix
-        # cache's: ``serving.kv_pool``)
-        self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks)
         self._series = records.series if records.keeps_series else None  # rows, if kept
         # The per-request arrays as memoryviews of the same memory, taken once (the records'
         # arrays are fixed when they are made): an item read or written through one is a C
@@ -252,6 +250,8 @@ class Scheduler(Driven):
         self._finish_ps = records.finish_ps.data
         self._slot_of = records.slot.data
         self._completions = records.completions.data
+        self._preemptions = records.preemptions.data
+        self._arrivals = records.arrival_ps.data
         self.clock = clock
         self.progress = progress
         # an outside policy's answers are checked as they are taken (``batching.checked``)
@@ -261,6 +261,19 @@ class Scheduler(Driven):
         self.rounds = policies.rounds
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
+        # an admission's KV memory (a paged pool shares its pages with ``blocks``, a prefix
+        # cache's: ``serving.kv_pool``); pages on demand for decode rounds that grow a
+        # slot a token a step
+        self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks, self.slots.most == 1)
+        # a pool that gives pages on demand: decode runs grow requests, and a decode step
+        # that lacks pages preempts (``_make_room``)
+        self._grower = self.kv if isinstance(self.kv, OnDemandPool) else None
+        if self._grower is not None:
+            # a preempted request is prefilled again, its prompt and the tokens it had
+            # generated, and decodes the rest: the scheduler's own copies of the prompts and
+            # outputs it serves (``_preempt``), the records' left as they were
+            self._prompts = records.target_prompt_tokens.copy().data
+            self._outputs = records.output_tokens.copy().data
         policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
         # the prompt tokens of the requests in ``queue`` (a router's ``queued_tokens``),
@@ -401,10 +414,51 @@ class Scheduler(Driven):
         self._next = chosen
         if chosen == ADMIT:
             return _ADMIT
+        if chosen < 0 and self._grower is not None and slots.decoding > 0:
+            self._make_room(now)
+            if slots.decoding == 0:  # (the decoding requests were preempted: decide again)
+                return self.decide(now)
         self.record(now)
         if chosen >= 0:
             return _PREFILL
         return _DECODE if slots.decoding > 0 else _IDLE
+
+    def _make_room(self, now: int) -> None:
+        """A decode step is next, its pages given on demand: while the free pages do not
+        hold its growth, preempt the running request that arrived last (vLLM's scheduler:
+        its running queue in arrival order, the lowest priority preempted first, by
+        recompute)."""
+        grower = self._grower
+        assert grower is not None
+        slots = self.slots
+        while grower.short(slots.steps_done) > 0:
+            arrivals, owners = self._arrivals, slots.request
+            victim, latest = -1, (-1, -1)
+            for slot in range(slots.n):
+                request = owners[slot]
+                if request >= 0 and (arrivals[request], request) > latest:
+                    victim, latest = slot, (arrivals[request], request)
+            self._preempt(victim, now)
+
+    def _preempt(self, slot: int, now: int) -> None:
+        """``slot``'s request is preempted now: its pages return (its cached blocks
+        unpinned, still cached), its slot empties, and it goes back to the front of the
+        queue to be prefilled again, its prompt now its prompt and the tokens it generated,
+        its output what it has left (its first admission and first token stay recorded)."""
+        slots = self.slots
+        request = slots.request[slot]
+        generated = 0
+        if slots.phase[slot] == DECODING:  # (else it had not finished its prefill)
+            generated = self._outputs[request] - (int(slots.finish[slot]) - slots.steps_done)
+        slots.preempt(slot)
+        self.kv.give_back(request, now)
+        self.handoff.left(request)
+        prompt = self._prompts[request] = self._prompts[request] + generated
+        self._outputs[request] -= generated
+        self.queue.appendleft(request)
+        self.queued_tokens += prompt
+        self._preemptions[request] += 1
+        self.counts.preemptions += 1
 
     def at_boundary(self) -> None:
         """A step boundary, before deciding: the KV hand-offs that ended take effect (and a
@@ -562,7 +616,8 @@ class Scheduler(Driven):
             request = queue.popleft()
         slots.admit(slot, request)
         now = self.clock.now
-        self._admit_ps[request] = now
+        if not self._preemptions[request]:  # (a readmission keeps its first admission's)
+            self._admit_ps[request] = now
         self._slot_of[request] = slot
         prompt = self._prompts[request]
         self.queued_tokens -= prompt
@@ -643,7 +698,8 @@ class Scheduler(Driven):
         if done < prompt:
             return
         now = self.clock.now
-        self._first_token_ps[request] = now
+        if not self._preemptions[request]:  # (a readmission's first token is not its first)
+            self._first_token_ps[request] = now
         self.counts.tokens_generated += 1
         self.load.add(1)  # the first output token
         output = self._outputs[request]
@@ -666,6 +722,8 @@ class Scheduler(Driven):
         first = facts.first_cache(prompt, fact)
         cap = facts.last_cache(prompt, first, output - 1)
         self.rounds.start(self.slots, slot, request, prompt, output, first, cap)
+        if self._grower is not None:
+            self._grower.decoding(request, prompt, self.slots.steps_done)
 
     def start_received(self, slot: int, request: int) -> None:
         """A decode replica's reserved ``slot`` received ``request``'s KV cache: it decodes."""
@@ -689,6 +747,8 @@ class Scheduler(Driven):
             steps = slots.steps_in_mean_run(bucket, self._mean)
         else:
             steps = slots.steps_in_run(bucket)
+        if self._grower is not None:  # (``decide`` made room for one step at least)
+            steps = self._grower.steps_fit(slots.steps_done, steps)
         shape, step, decoding = self.rounds.plan(slots, self.cache, bucket)
         start = self.clock.now
         self.load.begin_run(start, start + steps * step, step, decoding)
@@ -725,6 +785,8 @@ class Scheduler(Driven):
         self.load.end_run(emitted)
         self._after_prefill = False
         now = self.clock.now
+        if self._grower is not None:  # (the pages the run's steps took, before any leaves)
+            self._grower.grow(slots.steps_done + steps, now)
         for slot in slots.advance(steps):
             self.complete(slot, slots.request[slot], now)
 

@@ -160,6 +160,17 @@ class Slots:
         self.occupied -= 1
         heapq.heappush(self._empty, slot)
 
+    def preempt(self, slot: int) -> None:
+        """Empty a slot whose request was preempted: as :meth:`release`, and its entry in the
+        completion heap dropped (the request may return to this slot with the same
+        ``finish``, which the stale entry would complete twice)."""
+        self.release(slot)
+        due = self._due
+        kept = [entry for entry in due if entry[1] != slot]
+        if len(kept) != len(due):
+            heapq.heapify(kept)
+            self._due = kept
+
     def longest_cache(self) -> int:
         """Longest cache among decoding slots at the next decode step (0 if none). An idle
         slot's cap is 0 and its cache never negative, so it counts 0."""

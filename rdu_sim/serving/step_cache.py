@@ -76,6 +76,8 @@ class StepCounts:
         self.kv_pages_peak = 0
         self.kv_cached_pages_peak = 0
         self.kv_page_ps = 0
+        # requests preempted for a decode step's pages (a pool giving pages on demand)
+        self.preemptions = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,238 @@
+"""Pages given on demand (the stack's ``kv_allocation: on_demand``, vLLM's block manager,
+``serving.kv_pool.OnDemandPool``): an admission takes its prompt's pages, a decode run grows
+a request a page as it crosses a page boundary, and a decode step the free pages cannot
+grow preempts the running request that arrived last, which returns to the queue's front and
+is prefilled again (its prompt and the tokens it had generated) when readmitted. Before,
+every paged stack reserved a request's prompt and output tokens at admission (TensorRT-LLM's
+GUARANTEED_NO_EVICT), vLLM's too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rdu_sim import api
+from rdu_sim.api_cluster import run_cluster
+from rdu_sim.cluster.prefix_cache import PooledBlocks, PrefixCache
+from rdu_sim.config.errors import ConfigError
+from rdu_sim.kv.paged import PagedKV
+from rdu_sim.serving.kv_pool import OnDemandPool
+from rdu_sim.serving.step_cache import StepCounts
+
+REPO = Path(__file__).resolve().parents[1]
+L8 = "llama3.1-8b-1socket"
+WORKLOAD = {
+    "hardware": "dgx-h100",
+    "stack": "vllm-2024",
+    "serving.max_context": 2048,
+    "serving.batch_slots": 32,
+    "serving.requests": 60,
+    "serving.arrival": {"process": "all_at_once"},
+    "serving.prompt_tokens": 256,
+    "serving.output_tokens": {"dist": "uniform", "low": 64, "high": 1024},
+    "serving.seed": 3,
+}
+BINDS = {**WORKLOAD, "stack.memory_utilization": 0.22}
+"""A pool of 1,285 16-token pages: 32 whole requests do not fit it, 32 prompts do."""
+
+
+def _run(overrides: dict[str, Any], allocation: str) -> Any:
+    return api.run(api.load(L8, {**overrides, "stack.kv_allocation": allocation}))
+
+
+def _times(run: Any) -> list[bytes]:
+    r = run.records
+    return [a.tobytes() for a in (r.admit_ps, r.first_token_ps, r.finish_ps, r.preemptions)]
+
+
+def test_pages_in_use_never_exceed_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked after every change of the pool's pages: an admission, a run's growth, a
+    prefill's blocks, a leaving or preempted request."""
+    seen: list[int] = []
+
+    def checked(name: str) -> None:
+        original = getattr(OnDemandPool, name)
+
+        def wrapper(self: OnDemandPool, *args: Any) -> None:
+            original(self, *args)
+            assert 0 <= self.in_use <= self.kv.pages
+            seen.append(self.in_use)
+
+        monkeypatch.setattr(OnDemandPool, name, wrapper)
+
+    for name in ("take", "grow", "prefilled", "give_back"):
+        checked(name)
+    run = _run(BINDS, "on_demand")
+    assert run.records.counts.preemptions > 0 and seen
+    assert max(seen) == run.records.counts.kv_pages_peak == run.placement.kv_pool.pages
+
+
+def test_memory_binding_on_demand_admits_more_and_preempts() -> None:
+    """Every request completes once with its output tokens; on demand runs more requests at
+    once than reserving whole requests, preempts some (each counted, the summary's
+    ``preemptions``), and a preempted request keeps its first admission and first token."""
+    reserve, demand = _run(BINDS, "reserve"), _run(BINDS, "on_demand")
+    outputs = int(demand.records.output_tokens.sum())
+    for run in (reserve, demand):
+        records = run.records
+        assert (records.completions == 1).all()
+        assert records.tokens_generated == outputs
+    # the records keep the requests as drawn (the scheduler re-prefills from its own copies)
+    assert (demand.records.output_tokens == reserve.records.output_tokens).all()
+    assert (demand.records.prompt_tokens == reserve.records.prompt_tokens).all()
+
+    def most_running(run: Any) -> int:
+        rows = run.records.series_array()
+        return int((rows[:, 2] + rows[:, 3]).max())
+
+    assert most_running(demand) > most_running(reserve)
+    assert reserve.records.counts.preemptions == 0
+    preempted = demand.records.preemptions
+    assert preempted.sum() == demand.records.counts.preemptions > 0
+    pool = demand.summary().to_dict()["kv_pool"]
+    assert pool["preemptions"] == int(preempted.sum())
+    assert "preemptions" not in reserve.summary().to_dict()["kv_pool"]
+    once = preempted > 0
+    records = demand.records
+    assert (records.admit_ps[once] < records.first_token_ps[once]).all()
+    assert (records.first_token_ps[once] < records.finish_ps[once]).all()
+
+
+def test_with_ample_memory_on_demand_runs_as_reserving() -> None:
+    """No page runs short: the same admissions, steps and times as reserving (no request
+    preempted); only the pool's use differs (a request holds its cache so far, never its
+    whole reservation)."""
+    reserve, demand = _run(WORKLOAD, "reserve"), _run(WORKLOAD, "on_demand")
+    assert demand.records.counts.preemptions == 0
+    assert _times(demand) == _times(reserve)
+    assert demand.summary().makespan_s == reserve.summary().makespan_s
+    assert demand.records.counts.kv_pages_peak < reserve.records.counts.kv_pages_peak
+
+
+def test_on_demand_is_deterministic() -> None:
+    first, second = _run(BINDS, "on_demand"), _run(BINDS, "on_demand")
+    assert _times(first) == _times(second)
+    assert first.records.counts.preemptions == second.records.counts.preemptions > 0
+
+
+def test_the_watermark_keeps_pages_free_at_admission() -> None:
+    """A higher watermark admits later: the runs differ."""
+    low = _run({**BINDS, "stack.kv_watermark": 0.0}, "on_demand")
+    high = _run({**BINDS, "stack.kv_watermark": 0.2}, "on_demand")
+    assert _times(low) != _times(high)
+
+
+def test_on_demand_is_refused_beside_mixed_steps_and_unread_by_static_slots() -> None:
+    """A mixed step's decode rows would grow pages mid-step (not modelled): refused, at the
+    field. Static slots hold a whole sequence each: the vLLM stack with its pages taken
+    away runs as the reserving one."""
+    with pytest.raises(ConfigError, match="kv_allocation") as error:
+        api.load(
+            L8,
+            {"hardware": "dgx-h100", "stack": "tensorrt-llm", "stack.kv_allocation": "on_demand"},
+        )
+    assert "'on_demand' with mixed_batching is not modelled" in str(error.value)
+    static = {**WORKLOAD, "serving.requests": 8, "stack.kv_page_tokens": None}
+    assert _times(_run(static, "on_demand")) == _times(_run(static, "reserve"))
+
+
+def test_a_preempted_request_unpins_its_cached_blocks() -> None:
+    """A prefix cache's blocks in the pool: a preempted request's prompt blocks stay cached,
+    idle (evictable), and its readmission pins them again, taking only the rest."""
+    kv = PagedKV(page_tokens=4, pages=12, slot_tokens=1 << 20, on_demand=True)
+    cache = PrefixCache(6)
+    hashes = {1: [10, 11], 2: [20]}
+    counts = StepCounts()
+    pool = OnDemandPool(kv, counts, blocks=PooledBlocks(cache, 2, hashes.__getitem__))
+    assert pool.fits(1, 16, 100)  # (the prompt's 4 pages, not its 29-page reservation)
+    cache.acquire(1, hashes[1])
+    pool.take(1, 16, 100, 1)
+    cache.insert(1, hashes[1])
+    pool.prefilled(1, 2)
+    assert (pool.reserved, pool.cached_pages) == (0, 4)
+    pool.decoding(1, 16, 0)
+    assert pool.short(0) == 0 and pool.steps_fit(0, 100) == 4 * 8  # 8 free pages of 4
+    pool.grow(5, 3)  # 21 tokens: 6 pages, 2 its own
+    assert (pool.reserved, pool.in_use) == (2, 6)
+    cache.acquire(2, hashes[2])
+    pool.take(2, 8, 10, 4)  # another prompt's 2 pages
+    assert pool.short(32 - 1) > 0  # request 1 at 48 tokens would need 12 pages
+    pool.give_back(1, 5)  # preempted: its own pages free, its blocks idle
+    cache.release(1)
+    assert (pool.reserved, pool.cached_pages, cache.idle) == (2, 4, 2)
+    assert pool.fits(1, 21, 95)  # readmitted, 21 tokens: its 2 cached blocks and 2 pages
+    cache.acquire(1, hashes[1])
+    pool.take(1, 21, 95, 6)
+    assert (pool.reserved, pool.in_use, cache.idle) == (2 + 2, 8, 0)
+
+
+def test_growth_is_counted_per_page_boundary() -> None:
+    """A request of 16 prompt tokens in 4-token pages: 4 pages at admission; its step k
+    caches 16 + k tokens, so it needs a fifth page at step 1 and a sixth at step 5."""
+    kv = PagedKV(page_tokens=4, pages=5, slot_tokens=1 << 20, on_demand=True)
+    pool = OnDemandPool(kv, StepCounts())
+    pool.take(7, 16, 10, 0)
+    pool.decoding(7, 16, 0)
+    assert pool.steps_fit(0, 9) == 4  # the fifth page holds tokens 17 to 20
+    pool.grow(4, 1)
+    assert pool.short(4) == 1  # the fifth step's token needs a sixth page
+    assert np.array_equal([pool.reserved, pool.free], [5, 0])
+
+
+def test_a_cluster_replica_with_a_prefix_cache_preempts_and_serves_every_request(
+    tmp_path: Path,
+) -> None:
+    """The shipped Mooncake trace (prompts sharing prefixes) on one vLLM replica whose pool
+    binds: preempted requests unpin their blocks and are prefilled again, hitting the cache;
+    every request the reserving run serves is served, and no page is used twice."""
+    tables, pools = {}, {}
+    for allocation in ("reserve", "on_demand"):
+        path = tmp_path / f"{allocation}.yaml"
+        path.write_text(
+            f"name: gpu\npools:\n  serve:\n    workload: {REPO / 'workloads' / (L8 + '.yaml')}\n"
+            "    replicas: 1\n    set: {hardware: dgx-h100, stack: vllm-2024, "
+            f"stack.kv_allocation: {allocation}, stack.memory_utilization: 0.226, "
+            "stack.prefill_batch_tokens: null}\nrouter: {policy: least_outstanding}\n"
+            f"traffic: {{trace: {REPO / 'workloads' / 'traces' / 'mooncake-300.jsonl'}, "
+            "format: mooncake}\nslo: {ttft: 1 s, tpot: 40 ms, attainment: 0.9}\n"
+            "prefix_cache: {block_tokens: 512}\n"
+        )
+        run = run_cluster(path)
+        tables[allocation] = run.requests()
+        pools[allocation] = run.to_dict()["pools"]["serve"]["kv_pool"]
+    reserve, demand = tables["reserve"], tables["on_demand"]
+    assert (demand["status"] == reserve["status"]).all()
+    assert (demand["output_tokens"] == reserve["output_tokens"]).all()
+    served = demand["status"] == "served"
+    assert served.sum() > 250 and (demand["finish_s"][served] > 0).all()
+    assert pools["on_demand"]["preemptions"] > 0 and "preemptions" not in pools["reserve"]
+    assert pools["on_demand"]["peak_pages"] <= pools["on_demand"]["pages"]
+
+
+def test_the_request_preempted_is_the_running_one_that_arrived_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's rule: its running queue in arrival order, the tail preempted first. Seen at
+    each preemption (a request giving its pages back, all but its last time: it completes
+    once): among the requests holding pages then, it arrived last."""
+    given: list[tuple[int, list[int]]] = []
+    original = OnDemandPool.give_back
+
+    def give_back(self: OnDemandPool, request: int, now: int) -> None:
+        given.append((request, list(self._room)))
+        original(self, request, now)
+
+    monkeypatch.setattr(OnDemandPool, "give_back", give_back)
+    arriving = {**BINDS, "serving.arrival": {"process": "poisson", "rate": 40.0}}
+    records = _run(arriving, "on_demand").records
+    arrivals = records.arrival_ps
+    last = {request: at for at, (request, _) in enumerate(given)}
+    preemptions = [(at, request, running) for at, (request, running) in enumerate(given)]
+    preemptions = [p for p in preemptions if last[p[1]] != p[0]]
+    assert len(preemptions) == records.counts.preemptions > 0
+    assert len(set(arrivals.tolist())) > 50  # (the arrivals differ)
+    for _, request, running in preemptions:
+        assert max((arrivals[r], r) for r in running) == (arrivals[request], request)
