@@ -236,3 +236,26 @@ def test_the_request_preempted_is_the_running_one_that_arrived_last(
     assert len(set(arrivals.tolist())) > 50  # (the arrivals differ)
     for _, request, running in preemptions:
         assert max((arrivals[r], r) for r in running) == (arrivals[request], request)
+
+
+def test_a_request_preempted_mid_prefill_keeps_its_first_token() -> None:
+    """Chunked prefill under preemption: a request preempted before its first token (its
+    prefill not ended) records the first token its readmission's prefill gives, and its
+    admission the first one's; every request's times are ordered arrival <= admission <=
+    first token <= finish."""
+    chunked = {
+        **BINDS,
+        "serving.requests": 120,
+        "serving.max_context": 4096,
+        "serving.prompt_tokens": {"dist": "uniform", "low": 64, "high": 3000},
+        "serving.arrival": {"process": "poisson", "rate": 40.0},
+        "serving.prefill_chunk_tokens": 128,
+        "stack.kv_watermark": 0.0,
+    }  # (3 of its 35 preemptions take a request mid-prefill)
+    records = _run(chunked, "on_demand").records
+    assert records.counts.preemptions > 0
+    assert (records.completions == 1).all()
+    assert (records.arrival_ps <= records.admit_ps).all()
+    assert (records.admit_ps < records.first_token_ps).all()
+    assert (records.first_token_ps <= records.finish_ps).all()
+

@@ -79,7 +79,7 @@ from rdu_sim.serving.handoff import HandOff
 from rdu_sim.serving.kv_pool import OnDemandPool, PoolBlocks, kv_pool
 from rdu_sim.serving.load import Counters, Load, outstanding_at
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
-from rdu_sim.serving.records import ServingRecords
+from rdu_sim.serving.records import UNSET, ServingRecords
 from rdu_sim.serving.slots import DECODING
 from rdu_sim.serving.step_cache import StepCache, StepCounts, StepEntry
 from rdu_sim.shapes import DecodeRows, StepShape, batches_live
@@ -616,7 +616,7 @@ class Scheduler(Driven):
             request = queue.popleft()
         slots.admit(slot, request)
         now = self.clock.now
-        if not self._preemptions[request]:  # (a readmission keeps its first admission's)
+        if self._admit_ps[request] == UNSET:  # (a readmission keeps its first admission's)
             self._admit_ps[request] = now
         self._slot_of[request] = slot
         prompt = self._prompts[request]
@@ -698,8 +698,8 @@ class Scheduler(Driven):
         if done < prompt:
             return
         now = self.clock.now
-        if not self._preemptions[request]:  # (a readmission's first token is not its first)
-            self._first_token_ps[request] = now
+        if self._first_token_ps[request] == UNSET:  # (a readmission's is not its first: but
+            self._first_token_ps[request] = now  # one preempted mid-prefill had none yet)
         self.counts.tokens_generated += 1
         self.load.add(1)  # the first output token
         output = self._outputs[request]
