@@ -259,3 +259,23 @@ def test_a_request_preempted_mid_prefill_keeps_its_first_token() -> None:
     assert (records.admit_ps < records.first_token_ps).all()
     assert (records.first_token_ps <= records.finish_ps).all()
 
+
+def test_a_request_readmitted_past_the_watermark_is_refused() -> None:
+    """A request preempted before its last token is prefilled again with ``P + O - 1``
+    tokens, and an admission leaves the watermark free: an 18-page pool with 2 watermark
+    pages holds a reservation of 17 pages (a prompt of 64 tokens and 200 output, 16-token
+    pages) but not its readmission's 17 pages and the watermark's 2 (refused naming
+    kv_watermark); without the watermark, or reserving whole requests, it runs."""
+    from rdu_sim.serving.limits import check_pool
+
+    scenario = api.load(L8, {**BINDS, "stack.kv_allocation": "on_demand"})
+    prompts, outputs = np.array([64, 64]), np.array([200, 10])
+    fits = PagedKV(page_tokens=16, pages=18, slot_tokens=1 << 20, on_demand=True)
+    check_pool(scenario, fits, prompts, outputs)
+    tight = PagedKV(
+        page_tokens=16, pages=18, slot_tokens=1 << 20, on_demand=True, watermark_pages=2
+    )
+    with pytest.raises(ConfigError, match=r"1 of 2 requests.*kv_watermark \(2 pages\)"):
+        check_pool(scenario, tight, prompts, outputs)
+    reserving = PagedKV(page_tokens=16, pages=18, slot_tokens=1 << 20, watermark_pages=2)
+    check_pool(scenario, reserving, prompts, outputs)

@@ -272,6 +272,7 @@ def check_pool(
     need = {pair: pool.request_pages(*pair, role) for pair in set(lengths)}  # each length once
     most = max(need.values())
     if most <= pool.pages:
+        _check_readmission(scenario, pool, prompts, outputs, role)
         return
     too_big = [pair for pair, pages in need.items() if pages > pool.pages]
     over = sum(int(np.sum((prompts == p) & (outputs == o))) for p, o in too_big)
@@ -285,6 +286,45 @@ def check_pool(
         f"device{scenario.stack.kv_share_words()}), so it could never be admitted; lower "
         f"serving.max_context to at most {pool.tokens:,} (requests are cut to fit it), or "
         "give the KV cache more memory",
+        scenario.lines.get(("serving", "max_context")),
+    )
+    raise overridden(refused, scenario.workload_file, scenario.overrides)
+
+
+def _check_readmission(
+    scenario: Scenario,
+    pool: PagedKV,
+    prompts: NDArray[np.int64],
+    outputs: NDArray[np.int64],
+    role: str,
+) -> None:
+    """Pages on demand (``kv_allocation: on_demand``, a mixed server): a request is admitted
+    only while its prompt's pages leave ``watermark_pages`` free, and one preempted after
+    ``g`` output tokens is readmitted with a prompt of ``P + g`` tokens (``g`` up to ``O - 1``):
+    a ConfigError at ``serving.max_context`` naming ``kv_watermark`` when the pages of
+    ``P + O - 1`` tokens and the watermark exceed the pool (such a request could pass the
+    reservation check and never be admitted)."""
+    if not pool.on_demand or role != "mixed":
+        return
+    longest = {int(p + o - 1) for p, o in zip(prompts.tolist(), outputs.tolist(), strict=True)}
+    need = {tokens: pool.request_pages(tokens, 0, role) for tokens in longest}
+    largest = max(need.values())
+    if largest + pool.watermark_pages <= pool.pages:
+        return
+    over = sum(
+        int(np.sum(prompts + outputs - 1 == tokens))
+        for tokens, pages in need.items()
+        if pages + pool.watermark_pages > pool.pages
+    )
+    refused = ConfigError.single(
+        scenario.workload_file,
+        "serving.max_context",
+        f"{over:,} of {len(prompts):,} requests could not be admitted with the stack "
+        f"{scenario.stack.name}'s pages on demand: one preempted before its last token is "
+        f"prefilled again with its prompt and output tokens but one, up to {largest:,} "
+        f"pages of {pool.page_tokens} tokens, and an admission leaves the stack's kv_watermark "
+        f"({pool.watermark_pages:,} pages) free of the pool's {pool.pages:,}; lower "
+        f"serving.max_context, lower stack.kv_watermark, or give the KV cache more memory",
         scenario.lines.get(("serving", "max_context")),
     )
     raise overridden(refused, scenario.workload_file, scenario.overrides)
