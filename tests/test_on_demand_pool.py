@@ -279,3 +279,56 @@ def test_a_request_readmitted_past_the_watermark_is_refused() -> None:
         check_pool(scenario, tight, prompts, outputs)
     reserving = PagedKV(page_tokens=16, pages=18, slot_tokens=1 << 20, watermark_pages=2)
     check_pool(scenario, reserving, prompts, outputs)
+
+
+def test_the_decode_run_after_a_preemption_sees_the_queue_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decode step that preempted runs at once; whether prefill work waits for its
+    boundary (a run of one step) is judged on the queue after the preemption: the preempted
+    request at its front, waiting when its readmission (its prompt and generated tokens)
+    does not fit. Seen at the pool: the victims' readmissions asked of the pool after they
+    left, then the run's steps planned (``steps_fit``)."""
+    after: list[tuple[bool, int]] = []
+    state: dict[str, Any] = {"victim": None}
+    original_short, original_give, original_fit, original_take = (
+        OnDemandPool.short,
+        OnDemandPool.give_back,
+        OnDemandPool.steps_fit,
+        OnDemandPool.take,
+    )
+
+    def short(self: OnDemandPool, steps_done: int) -> int:
+        state["steps_done"] = steps_done
+        return original_short(self, steps_done)
+
+    def give_back(self: OnDemandPool, request: int, now: int) -> None:
+        started = self._decoding.get(request)
+        done = state.get("steps_done")
+        original_give(self, request, now)
+        if started is not None and done is not None:  # (preempted: a decode step's room)
+            prompt, start = started
+            state["victim"] = (request, prompt + 1 + done - start)
+
+    def take(self: OnDemandPool, request: int, prompt: int, output: int, now: int) -> None:
+        state["victim"] = state["steps_done"] = None  # (an admission: a decision came first)
+        original_take(self, request, prompt, output, now)
+
+    def steps_fit(self: OnDemandPool, steps_done: int, steps: int) -> int:
+        victim = state["victim"]
+        if victim is not None:
+            request, prompt = victim
+            after.append((self.fits(request, prompt, 0), steps))
+            state["victim"] = None
+        state["steps_done"] = None
+        return original_fit(self, steps_done, steps)
+
+    monkeypatch.setattr(OnDemandPool, "short", short)
+    monkeypatch.setattr(OnDemandPool, "give_back", give_back)
+    monkeypatch.setattr(OnDemandPool, "steps_fit", steps_fit)
+    monkeypatch.setattr(OnDemandPool, "take", take)
+    records = _run(BINDS, "on_demand").records
+    assert records.counts.preemptions > 0
+    assert any(not fits for fits, _ in after)
+    for fits, steps in after:
+        assert (steps == 1) == fits

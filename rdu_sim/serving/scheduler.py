@@ -415,9 +415,15 @@ class Scheduler(Driven):
         if chosen == ADMIT:
             return _ADMIT
         if chosen < 0 and self._grower is not None and slots.decoding > 0:
+            preempted = self.counts.preemptions
             self._make_room(now)
             if slots.decoding == 0:  # (the decoding requests were preempted: decide again)
                 return self.decide(now)
+            if self.counts.preemptions != preempted:
+                # the decode step runs now (vLLM's order: its step, then a fresh decision,
+                # not a second one now, which could readmit, prefill and preempt again),
+                # sized by the queue as it is after the preemptions (``decode_plan``)
+                self._queued = self._admissible()
         self.record(now)
         if chosen >= 0:
             return _PREFILL
