@@ -332,3 +332,18 @@ def test_the_decode_run_after_a_preemption_sees_the_queue_after_it(
     assert any(not fits for fits, _ in after)
     for fits, steps in after:
         assert (steps == 1) == fits
+
+
+def test_a_clusters_replicas_share_one_copy_of_the_served_tokens() -> None:
+    """A scheduler giving pages on demand changes a preempted request's prompt and output in
+    its own copies: one copy a run (made when the first asks), not one a replica (a
+    replica's memory was the requests' once more each)."""
+    from rdu_sim.serving.records import ServingRecords
+
+    records = ServingRecords(np.array([5, 6, 7]), np.array([9, 8, 7]))
+    first, second = records.replica_view(), records.replica_view()
+    prompts, outputs = first.served_tokens()
+    assert second.served_tokens()[0] is prompts and second.served_tokens()[1] is outputs
+    assert records.served_tokens()[0] is prompts
+    prompts[0] += 3
+    assert records.target_prompt_tokens.tolist() == [5, 6, 7] and outputs.tolist() == [9, 8, 7]

@@ -78,6 +78,11 @@ class ServingRecords:
     expert_hit: NDArray[np.int64] = field(init=False)
     router_ps: NDArray[np.int64] = field(init=False)
     copy_stall_ps: NDArray[np.int64] = field(init=False)
+    # pages on demand: the prompts and outputs as the schedulers serve them (a preempted
+    # request's prompt grows by the tokens it had generated, its output shrinks by them;
+    # ``Scheduler._preempt``), copied once a run when a scheduler first asks
+    # (:meth:`served_tokens`) and shared by a cluster's replica views, not one copy each
+    _served: list[NDArray[np.int64]] = field(init=False)
 
     def __post_init__(self, target_prompts: NDArray[np.int64] | None) -> None:
         n = int(self.prompt_tokens.shape[0])
@@ -100,6 +105,17 @@ class ServingRecords:
             object.__setattr__(self, name, _unset(per_expert))
         for name in ("router_ps", "copy_stall_ps"):
             object.__setattr__(self, name, np.zeros(per_expert, dtype=np.int64))
+        object.__setattr__(self, "_served", [])
+
+    def served_tokens(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The prompts (the target's) and outputs a scheduler giving pages on demand serves
+        and changes as it preempts: copies of ``target_prompt_tokens`` and ``output_tokens``
+        made at the first call, the same ones after (a cluster's replicas share them: each
+        request is served by one replica at a time), the records' own left as drawn."""
+        served = self._served
+        if not served:
+            served += (self.target_prompt_tokens.copy(), self.output_tokens.copy())
+        return served[0], served[1]
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])

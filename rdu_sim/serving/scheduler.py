@@ -271,9 +271,11 @@ class Scheduler(Driven):
         if self._grower is not None:
             # a preempted request is prefilled again, its prompt and the tokens it had
             # generated, and decodes the rest: the scheduler's own copies of the prompts and
-            # outputs it serves (``_preempt``), the records' left as they were
-            self._prompts = records.target_prompt_tokens.copy().data
-            self._outputs = records.output_tokens.copy().data
+            # outputs it serves (``_preempt``), the records' left as they were (one copy a
+            # run, shared by a cluster's replicas: ``ServingRecords.served_tokens``)
+            prompts, outputs = records.served_tokens()
+            self._prompts = prompts.data
+            self._outputs = outputs.data
         policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
         # the prompt tokens of the requests in ``queue`` (a router's ``queued_tokens``),
