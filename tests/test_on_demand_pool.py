@@ -188,7 +188,7 @@ def test_a_cluster_replica_with_a_prefix_cache_preempts_and_serves_every_request
     """The shipped Mooncake trace (prompts sharing prefixes) on one vLLM replica whose pool
     binds: preempted requests unpin their blocks and are prefilled again, hitting the cache;
     every request the reserving run serves is served, and no page is used twice."""
-    tables, pools = {}, {}
+    tables, pools, lookups = {}, {}, {}
     for allocation in ("reserve", "on_demand"):
         path = tmp_path / f"{allocation}.yaml"
         path.write_text(
@@ -203,6 +203,7 @@ def test_a_cluster_replica_with_a_prefix_cache_preempts_and_serves_every_request
         run = run_cluster(path)
         tables[allocation] = run.requests()
         pools[allocation] = run.to_dict()["pools"]["serve"]["kv_pool"]
+        lookups[allocation] = run.to_dict()["prefix_cache"]["lookups"]
     reserve, demand = tables["reserve"], tables["on_demand"]
     assert (demand["status"] == reserve["status"]).all()
     assert (demand["output_tokens"] == reserve["output_tokens"]).all()
@@ -210,6 +211,8 @@ def test_a_cluster_replica_with_a_prefix_cache_preempts_and_serves_every_request
     assert served.sum() > 250 and (demand["finish_s"][served] > 0).all()
     assert pools["on_demand"]["preemptions"] > 0 and "preemptions" not in pools["reserve"]
     assert pools["on_demand"]["peak_pages"] <= pools["on_demand"]["pages"]
+    # each prompt looked up once, at its first admission (a readmission's are not counted)
+    assert lookups["on_demand"] == lookups["reserve"] > 0
 
 
 def test_the_request_preempted_is_the_running_one_that_arrived_last(

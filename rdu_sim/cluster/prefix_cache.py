@@ -91,11 +91,14 @@ class PrefixCache:
             raise ValueError("no idle prefix-cache block to evict")
         self.evicted_for_room += 1
 
-    def acquire(self, request: int, hashes: Sequence[int]) -> int:
-        """A request starts its prefill: pin and return its cached leading blocks."""
+    def acquire(self, request: int, hashes: Sequence[int], counted: bool = True) -> int:
+        """A request starts its prefill: pin and return its cached leading blocks; counted
+        in ``lookups`` and ``hits`` unless not ``counted`` (a preempted request readmitted:
+        its prompt was looked up at its first admission, and its own blocks are no hit)."""
         found = self.match(hashes)
-        self.lookups += len(hashes)
-        self.hits += found
+        if counted:
+            self.lookups += len(hashes)
+            self.hits += found
         held = self._held.setdefault(request, [])
         for block in hashes[:found]:
             self._pin(block)

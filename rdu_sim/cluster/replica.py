@@ -150,12 +150,16 @@ class Replica:
 
     # --- the server's hooks --------------------------------------------------------------------
     def admitted(self, request: int, prompt: int) -> int:
-        """Pin the cached leading blocks; the prefill skips what the static shapes allow."""
+        """Pin the cached leading blocks; the prefill skips what the static shapes allow. A
+        preempted request readmitted (pages on demand) pins them again, neither counted as
+        a lookup nor changing its ``cached_tokens`` (its first admission's)."""
         blocks = self.shared_blocks(request)
         if self.prefix is None or not blocks:
             return 0
-        skipped = self.reusable_tokens(request, self.prefix.acquire(request, blocks))
-        self.cluster.records.cached_tokens[request] = skipped
+        first = not self.records.preemptions[request]
+        skipped = self.reusable_tokens(request, self.prefix.acquire(request, blocks, first))
+        if first:
+            self.cluster.records.cached_tokens[request] = skipped
         return skipped
 
     def prefilled(self, request: int) -> Event | None:
