@@ -350,3 +350,30 @@ def test_a_clusters_replicas_share_one_copy_of_the_served_tokens() -> None:
     assert records.served_tokens()[0] is prompts
     prompts[0] += 3
     assert records.target_prompt_tokens.tolist() == [5, 6, 7] and outputs.tolist() == [9, 8, 7]
+
+
+def test_speculative_prefill_scores_a_prompt_once_however_often_it_is_preempted() -> None:
+    """Speculative prefill on pages on demand: the draft scores each whole prompt before its
+    first prefill; a preempted request's readmission prefills its kept tokens and those it
+    generated, the draft's scoring not run again. The draft's steps are those of a run
+    whose pool never binds, where nothing is preempted (the same prompts, each scored once,
+    and the same plain decode steps: the draft runs none)."""
+    from test_speculation_memory import PAGED_PREFILL, SPECDEC
+
+    sets = {
+        **PAGED_PREFILL,
+        "stack": "vllm-2024",
+        "stack.kv_allocation": "on_demand",
+        "serving.requests": 40,
+        "serving.arrival": {"process": "all_at_once"},
+        "serving.output_tokens": 1024,
+        "serving.max_context": 8192,
+        "serving.batch_slots": 64,
+    }
+    steps = {}
+    for utilization in (0.25, 0.3):
+        run = api.run(SPECDEC, {**sets, "stack.memory_utilization": utilization})
+        cache = run.speculation.draft_cache
+        steps[utilization] = (cache.hits + cache.misses, run.records.counts.preemptions)
+    assert steps[0.25][1] > 0 and steps[0.3][1] == 0
+    assert steps[0.25][0] == steps[0.3][0]

@@ -494,7 +494,9 @@ class Scheduler(Driven):
         if slot == ADMIT:
             slot = self._admit(self._position)  # the request ``decide`` checked
             request = slots.request[slot]
-            before_ps = self.drafting.admitted(request)
+            # (a readmission's prompt was scored at its first: the target re-prefills the
+            # kept tokens and those it generated, nothing for the draft to select again)
+            before_ps = 0 if self._preemptions[request] else self.drafting.admitted(request)
             if before_ps:
                 delays = (before_ps,)
             packs = self._packs
