@@ -2,9 +2,11 @@
 
 Policy (docs/serving.md has the full statement):
 
-- Requests wait in one queue, in arrival order. A request is *admitted* to the lowest free
-  slot when its first prefill step starts (queueing delay = admission - arrival): the oldest,
-  unless the batching policy chooses another (``BatchingPolicy.admit_from``).
+- Requests wait in one queue, in arrival order (a request preempted for a decode step's
+  pages, ``kv_allocation: on_demand``, goes back to its front). A request is *admitted* to
+  the lowest free slot when its first prefill step starts (queueing delay = first
+  admission - arrival): the queue's head, unless the batching policy chooses another
+  (``BatchingPolicy.admit_from``).
 - A prefill step is batch 1 (unless the runtime packs prompts, below): the whole prompt
   padded to its bucket (``serving.buckets.prompt_bucket``), or, with
   ``prefill_chunk_tokens = C`` and a prompt longer than C, one chunk of C tokens attending
@@ -194,9 +196,9 @@ class PrefillInFlight:
 
 
 class Scheduler(Driven):
-    """Static batch slots, a queue in arrival order, and the policy that chooses and accounts
-    prefill and decode steps (module docstring); ``clock`` tells it now, in integer
-    picoseconds."""
+    """Static batch slots, a queue in arrival order (a preempted request back at its front),
+    and the policy that chooses and accounts prefill and decode steps (module docstring);
+    ``clock`` tells it now, in integer picoseconds."""
 
     def __init__(
         self,

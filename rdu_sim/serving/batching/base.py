@@ -75,7 +75,8 @@ class BatchingPolicy:
 
 
 class QueueView:
-    """The waiting requests as a policy reads them, oldest first: each one's request id,
+    """The waiting requests as a policy reads them, in queue order (oldest first, but for a
+    request preempted under pages on demand, put back at the front): each one's request id,
     prompt tokens (what the server prefills: the target's, under speculation) and arrival
     time, and the time now (integer picoseconds, the server's clock): what an aging policy
     needs (a request's wait is ``queue.now - queue.arrival_ps(i)``). Read-only; it reads the
