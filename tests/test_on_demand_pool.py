@@ -377,3 +377,38 @@ def test_speculative_prefill_scores_a_prompt_once_however_often_it_is_preempted(
         steps[utilization] = (cache.hits + cache.misses, run.records.counts.preemptions)
     assert steps[0.25][1] > 0 and steps[0.3][1] == 0
     assert steps[0.25][0] == steps[0.3][0]
+
+
+def test_each_admission_leaves_the_watermark_and_each_request_holds_its_caches_pages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At every admission the pages left to grow into (free and idle cached blocks') after
+    it took its own are the watermark at least; after every decode run's growth each
+    decoding request's room is exactly its cache's pages (its prompt and the steps it
+    decoded), no page short or spare."""
+    from rdu_sim.kv.paged import reserved_pages
+
+    admissions: list[int] = []
+    grown: list[int] = []
+    take, grow = OnDemandPool.take, OnDemandPool.grow
+
+    def taking(self: OnDemandPool, request: int, prompt: int, output: int, now: int) -> None:
+        take(self, request, prompt, output, now)
+        assert self._spare() >= self.watermark > 0
+        admissions.append(request)
+
+    def growing(self: OnDemandPool, steps_done: int, now: int) -> None:
+        grow(self, steps_done, now)
+        kv = self.kv
+        for request, (prompt, start) in self._decoding.items():
+            cache = reserved_pages(
+                prompt, steps_done - start, kv.slot_tokens, kv.page_tokens, kv.extra_tokens
+            )
+            assert self._room[request] == cache
+            grown.append(request)
+
+    monkeypatch.setattr(OnDemandPool, "take", taking)
+    monkeypatch.setattr(OnDemandPool, "grow", growing)
+    records = _run({**BINDS, "stack.kv_watermark": 0.05}, "on_demand").records  # 64 pages
+    assert records.counts.preemptions > 0
+    assert len(admissions) == len(records) + records.counts.preemptions and grown

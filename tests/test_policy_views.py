@@ -18,6 +18,7 @@ from test_cluster import assert_served_once, fake, write_cluster
 from test_plugins import import_doc_module
 from test_serving_alone import policy_of, round_step
 
+from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cluster.routers import PoolState, make_router
 from rdu_sim.cluster.routers import base as routers_base
 from rdu_sim.cluster.routers import register as register_router
@@ -167,19 +168,30 @@ def test_aging_bounds_how_long_a_long_prompt_waits(registries: None) -> None:
 # --- the router's view: queues, slots and the request -----------------------------------------
 
 
+def _served_prompts(scheduler: Any) -> Any:
+    """The prompts a scheduler serves: the target's, or under pages on demand its own copy,
+    a preempted request's prompt grown by the tokens it had generated."""
+    records = scheduler.records
+    return records.served_tokens()[0] if scheduler.kv.grows else records.target_prompt_tokens
+
+
 class Checking:
     """Least outstanding, checking at every choice that each view equals what the replicas'
     schedulers hold (the queue's prompts summed, its length, the occupied slots)."""
 
     checked: ClassVar[list[int]] = []
+    preempted_queued: ClassVar[int] = 0  # choices seen with a preempted request queued
 
     def choose(self, request: int, pool: PoolState) -> int:
         replicas = pool.replicas  # type: ignore[attr-defined]
         schedulers = [replica.server.scheduler for replica in replicas]
         prompts = [
-            sum(int(scheduler.records.target_prompt_tokens[r]) for r in scheduler.queue)
+            sum(int(_served_prompts(scheduler)[r]) for r in scheduler.queue)
             for scheduler in schedulers
         ]
+        Checking.preempted_queued += any(
+            s.records.preemptions[r] > 0 for s in schedulers for r in s.queue
+        )
         assert pool.queued_tokens().tolist() == prompts
         assert pool.queue_lengths().tolist() == [len(s.queue) for s in schedulers]
         running = [s.slots.occupied for s in schedulers]
@@ -224,6 +236,30 @@ def test_the_routers_views_are_the_schedulers_state(
     assert max(Checking.checked) > 0
     for replica in result.run.cluster.replicas:
         assert replica.server.scheduler.queued_tokens == 0  # every queued prompt left
+
+
+def test_the_queued_tokens_a_router_reads_count_a_preempted_requests_generated_tokens(
+    tmp_path: Path, registries: None
+) -> None:
+    """Pages on demand (vLLM's stack, its pool binding): a preempted request goes back to
+    its replica's queue with its prompt and the tokens it had generated, and the queued
+    tokens a router reads are those, at every choice (some made while one was queued)."""
+    register_router("checking_test", Checking)
+    Checking.checked, Checking.preempted_queued = [], 0
+    repo = Path(__file__).parents[1]
+    workload = repo / "workloads" / "llama3.1-8b-1socket.yaml"
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"name: gpu\npools:\n  serve:\n    workload: {workload}\n"
+        "    replicas: 2\n    set: {hardware: dgx-h100, stack: vllm-2024, "
+        "stack.kv_allocation: on_demand, stack.memory_utilization: 0.226, "
+        "stack.prefill_batch_tokens: null}\nrouter: {policy: checking_test}\n"
+        f"traffic: {{trace: {repo / 'workloads' / 'traces' / 'mooncake-300.jsonl'}, "
+        "format: mooncake, time_scale: 0.25}\nslo: {ttft: 1 s, tpot: 40 ms, attainment: 0.9}\n"
+    )
+    run = run_cluster(path)
+    assert run.to_dict()["pools"]["serve"]["kv_pool"]["preemptions"] > 0
+    assert Checking.preempted_queued > 0 and max(Checking.checked) > 0
 
 
 class Fixed:
