@@ -21,7 +21,10 @@ from contextlib import contextmanager
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause the cyclic collector inside (as ``CountingEnvironment.run_until_pause`` does
-    for its loop); its state is restored on leaving (already paused: left paused)."""
+    for its loop); its state is restored on leaving (already paused: left paused).
+    ``run_until_pause`` keeps its own copy of these lines rather than entering this: it is
+    compiled and called once a pause, many times in a kernel's simulation, where entering
+    this would add a generator frame and two calls to each pause."""
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
