@@ -129,7 +129,8 @@ def test_a_batch_smaller_than_micro_batches_runs_one_a_sequence_and_says_so() ->
     sets = (*PP2, "--set", "parallelism.micro_batches=8", "--batch", "4")
     data = json.loads(invoke("step", LLAMA70, *sets, "--json"))
     assert data["layout"]["micro_batches"] == 8 and data["pipeline"]["micro_batches"] == 4
-    line = next(line for line in invoke("step", LLAMA70, *sets).splitlines() if "pipeline" in line)
+    lines = invoke("step", LLAMA70, *sets).splitlines()
+    line = next(line for line in lines if line.startswith("pipeline:"))
     assert "4 micro-batches of up to 1 sequence (parallelism.micro_batches=8 asks more" in line
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdu_sim import api
+from rdu_sim import api, human
 from rdu_sim.cli.compare_cmd import print_comparison
 from rdu_sim.compare import compare
 from rdu_sim.report.console import serving_table
@@ -39,7 +39,10 @@ def test_a_run_names_what_binds_its_prefill_and_prefill_s_share() -> None:
     with console.capture() as out:
         console.print(serving_table(summary))
     assert "prefill step bound by" in out.get()
-    assert f"the {step.tokens:,}-token step); prefill steps " in out.get()
+    assert f"the {step.tokens:,}-token step)" in out.get()
+    shown = " ".join(out.get().split())
+    share = human.percent(step.busy_share)
+    assert f"prefill steps' share of the run's step time │ {share}" in shown
 
 
 def test_compare_says_what_binds_each_prefill_where_prefill_drives_the_served_rate(

@@ -331,7 +331,8 @@ def _print_tables(
         f"({human.duration(data['host_serial_s'])} serial, "
         f"{human.duration(data['host_overlapped_s'])} beside the device{hidden}){unaccounted}"
     )
-    console.print(f"the step's parts: {parts_words(data['parts'])}", markup=False)
+    parts = parts_words(data["parts"], bound["link"] or "", bound.get("link_term") or "")
+    console.print(f"the step's parts: {parts}", markup=False)
     if weights is not None:
         console.print(weights)
     console.print(flops_words(data, repeated, device))

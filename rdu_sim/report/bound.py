@@ -434,11 +434,12 @@ NOISE_S = 1e-15
 """A part shorter than this (a femtosecond) is the subtraction's rounding, not time."""
 
 
-def parts_words(parts: Mapping[str, float]) -> str:
+def parts_words(parts: Mapping[str, float], link: str = "", term: str = "") -> str:
     """:func:`step_parts` as a sum: ``HBM bandwidth 37.9 ms + the binding resource idle
-    ... 1.39 ms + ... = 41 ms``."""
+    ... 1.39 ms + ... = 41 ms``; a binding link named by its class (``link``, ``term``:
+    :func:`resource_words`), as the bound's line names it."""
     said = " + ".join(
-        f"{PART_WORDS.get(name) or RESOURCES[name]} {human.duration(t)}"
+        f"{PART_WORDS.get(name) or resource_words(name, link, term)} {human.duration(t)}"
         for name, t in parts.items()
     )
     return f"{said} = {human.duration(sum(parts.values()))}"

@@ -489,15 +489,13 @@ def _decode_step_words(result: RunSummary) -> str:
 
 
 def _prefill_bound(result: RunSummary) -> str:
-    """The bound of the prefill step the run spent most time in (as the decode step's),
-    which step that is, and the share of the run's step time its prefill steps took."""
+    """The bound of the prefill step the run spent most time in (as the decode step's) and
+    which step that is (the share of the run's step time in prefill is the next row)."""
     step = result.prefill_step
     if step is None:
         return "-"
     prompts = f"{step.batch} prompts of " if step.batch > 1 else ""
-    which = f"the {prompts}{step.tokens:,}-token step"
-    share = human.percent(step.busy_share)
-    return f"{_bound(step, which)}; prefill steps {share} of the run's step time"
+    return _bound(step, f"the {prompts}{step.tokens:,}-token step")
 
 
 def _bound(step: DecodeStepBound | None, which: str = "") -> str:
@@ -541,6 +539,10 @@ def serving_table(result: RunSummary) -> Table:
             _bound(result.decode_step),
         ),
         (f"prefill step {_bound_label(result.prefill_step)}", _prefill_bound(result)),
+        (
+            "prefill steps' share of the run's step time",
+            "-" if result.prefill_step is None else human.percent(result.prefill_step.busy_share),
+        ),
         ("batch slots occupied (time mean)", human.percent(result.occupancy)),
         ("decode slots doing work (not padding)", human.percent(result.decode_slot_fill)),
         *utilization_rows(result.utilization),

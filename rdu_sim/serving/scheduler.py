@@ -411,23 +411,26 @@ class Scheduler(Driven):
         admission, which records the same instant and so replaces that row (``SeriesLog``:
         one row an instant). The prefill work chosen is what :meth:`begin_prefill` runs."""
         slots = self.slots
-        chosen = NO_PREFILL
-        if slots.prefill_order or self.queue:  # (else no prefill work)
-            queued = self._queued = self._admissible()
-            chosen = self.batching.next_prefill(slots, queued, self._after_prefill)
-        self._next = chosen
-        if chosen == ADMIT:
-            return _ADMIT
-        if chosen < 0 and self._grower is not None and slots.decoding > 0:
+        while True:  # once, or again when a decode step's room preempted every decoder
+            chosen = NO_PREFILL
+            if slots.prefill_order or self.queue:  # (else no prefill work)
+                queued = self._queued = self._admissible()
+                chosen = self.batching.next_prefill(slots, queued, self._after_prefill)
+            self._next = chosen
+            if chosen == ADMIT:
+                return _ADMIT
+            if chosen >= 0 or self._grower is None or slots.decoding == 0:
+                break
             preempted = self.counts.preemptions
             self._make_room(now)
             if slots.decoding == 0:  # (the decoding requests were preempted: decide again)
-                return self.decide(now)
+                continue
             if self.counts.preemptions != preempted:
                 # the decode step runs now (vLLM's order: its step, then a fresh decision,
                 # not a second one now, which could readmit, prefill and preempt again),
                 # sized by the queue as it is after the preemptions (``decode_plan``)
                 self._queued = self._admissible()
+            break
         self.record(now)
         if chosen >= 0:
             return _PREFILL
