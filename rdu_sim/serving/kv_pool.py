@@ -257,14 +257,20 @@ class OnDemandPool(PagedPool):
         ``steps_done`` decode steps: its step ``k`` caches ``prompt + k`` tokens."""
         self._decoding[request] = (prompt, steps_done)
 
+    def _lacks(self, request: int, at: int) -> int:
+        """Pages decoding ``request`` lacks for its cache after the slots' decode step ``at``
+        beyond its room (0 or less: none)."""
+        kv = self.kv
+        prompt, start = self._decoding[request]
+        cached = reserved_pages(prompt, at - start, kv.slot_tokens, kv.page_tokens, kv.extra_tokens)
+        return cached - self._room[request]
+
     def _needed(self, at: int) -> int:
         """Pages the decoding requests lack for their caches after the slots' decode step
         ``at`` (their room now counted)."""
-        kv, room = self.kv, self._room
-        page, slot, extra = kv.page_tokens, kv.slot_tokens, kv.extra_tokens
         lacking = 0
-        for request, (prompt, start) in self._decoding.items():
-            more = reserved_pages(prompt, at - start, slot, page, extra) - room[request]
+        for request in self._decoding:
+            more = self._lacks(request, at)
             if more > 0:
                 lacking += more
         return lacking
@@ -298,12 +304,11 @@ class OnDemandPool(PagedPool):
         """The slots' decode steps up to ``steps_done`` ran (ending now): each decoding
         request's room grows to its cache, idle cached blocks evicted, least recently used
         first, for the pages (RuntimeError if they do not fit: :meth:`steps_fit` said)."""
-        kv, room, held = self.kv, self._room, self._held
-        page, slot, extra = kv.page_tokens, kv.slot_tokens, kv.extra_tokens
+        room, held = self._room, self._held
         self._elapse(now)
         blocks = self.blocks
-        for request, (prompt, start) in self._decoding.items():
-            more = reserved_pages(prompt, steps_done - start, slot, page, extra) - room[request]
+        for request in self._decoding:
+            more = self._lacks(request, steps_done)
             if more <= 0:
                 continue
             if blocks is not None:
