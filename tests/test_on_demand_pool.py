@@ -17,6 +17,7 @@ import pytest
 from rdu_sim import api
 from rdu_sim.api_cluster import run_cluster
 from rdu_sim.cluster.prefix_cache import PooledBlocks, PrefixCache
+from rdu_sim.compiler.placement import capacity_words
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv.paged import PagedKV
 from rdu_sim.serving.kv_pool import OnDemandPool
@@ -412,3 +413,36 @@ def test_each_admission_leaves_the_watermark_and_each_request_holds_its_caches_p
     records = _run({**BINDS, "stack.kv_watermark": 0.05}, "on_demand").records  # 64 pages
     assert records.counts.preemptions > 0
     assert len(admissions) == len(records) + records.counts.preemptions and grown
+
+
+def test_the_capacity_words_say_pages_come_on_demand() -> None:
+    """The batch is sized with the reserving rule under both allocations; only a reserving
+    stack's words say a request reserves its pages at admission."""
+    words = {}
+    for allocation in ("reserve", "on_demand"):
+        scenario = api.load(L8, {**WORKLOAD, "stack.kv_allocation": allocation})
+        words[allocation] = capacity_words(scenario, 100, 32)
+    assert "each request reserves its prompt and output tokens at admission" in words["reserve"]
+    assert "at admission" not in words["on_demand"]
+    assert (
+        "the batch sized as if each request reserved its prompt and output tokens; the stack "
+        "gives pages on demand as requests decode (kv_allocation: on_demand)"
+    ) in words["on_demand"]
+
+
+def test_a_request_longer_than_the_pool_is_refused_in_its_allocations_words() -> None:
+    """A 64 + 300-token request is 23 pages of 16 tokens against a 20-page pool: reserving,
+    it could never be admitted; on demand it is admitted on its prompt's 4 pages and could
+    never finish."""
+    from rdu_sim.serving.limits import check_pool
+
+    scenario = api.load(L8, {**BINDS, "stack.kv_allocation": "on_demand"})
+    prompts, outputs = np.array([64]), np.array([300])
+    for on_demand, words in ((False, "reserves 23 pages"), (True, "needs 23 pages")):
+        pool = PagedKV(page_tokens=16, pages=20, slot_tokens=1 << 20, on_demand=on_demand)
+        with pytest.raises(ConfigError) as refused:
+            check_pool(scenario, pool, prompts, outputs)
+        message = str(refused.value)
+        assert words in message
+        never = "could never finish" if on_demand else "could never be admitted"
+        assert never in message

@@ -343,6 +343,19 @@ def reserved_words(scenario: Scenario) -> str:
     return "kept prompt tokens (speculative prefill) and output tokens"
 
 
+def admission_words(scenario: Scenario) -> str:
+    """How a paged pool's requests take their pages, for `capacity_words`: at admission, all
+    of `reserved_words`; or, under ``kv_allocation: on_demand``, page by page as they decode,
+    the batch sized as if they reserved (`kv.paged`: the compiler sizes with the reserving
+    rule)."""
+    if scenario.stack.kv_allocation == "on_demand":
+        return (
+            f"the batch sized as if each request reserved its {reserved_words(scenario)}; "
+            "the stack gives pages on demand as requests decode (kv_allocation: on_demand)"
+        )
+    return f"each request reserves its {reserved_words(scenario)} at admission"
+
+
 def pool_pages(
     scenario: Scenario, batch_slots: int, weights: int, stage: PipelineStage | None = None
 ) -> int:
@@ -826,7 +839,7 @@ def capacity_words(
         beside = (
             f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
             f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
-            f"each request reserves its {reserved_words(scenario)} at admission)"
+            f"{admission_words(scenario)})"
         )
     whole = whole_queries_words(scenario, holds, stage, system)
     if not holds:

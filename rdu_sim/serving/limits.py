@@ -276,14 +276,20 @@ def check_pool(
         return
     too_big = [pair for pair, pages in need.items() if pages > pool.pages]
     over = sum(int(np.sum((prompts == p) & (outputs == o))) for p, o in too_big)
+    # pages on demand: admitted on its prompt's pages, it would outgrow the pool
+    reserve, reserves, never = (
+        ("need", "needs", "finish")
+        if pool.on_demand and role == "mixed"
+        else ("reserve", "reserves", "be admitted")
+    )
     refused = ConfigError.single(
         scenario.workload_file,
         "serving.max_context",
-        f"{over:,} of {len(prompts):,} requests reserve more KV pages than the stack's whole "
-        f"pool holds: the largest reserves {most:,} pages of {pool.page_tokens} tokens "
+        f"{over:,} of {len(prompts):,} requests {reserve} more KV pages than the stack's whole "
+        f"pool holds: the largest {reserves} {most:,} pages of {pool.page_tokens} tokens "
         f"(its {reserved_words(scenario)}), the pool has {pool.pages:,} "
         f"({pool.tokens:,} tokens, {human.size(pool.pages * pool.page_bytes, 4)} per "
-        f"device{scenario.stack.kv_share_words()}), so it could never be admitted; lower "
+        f"device{scenario.stack.kv_share_words()}), so it could never {never}; lower "
         f"serving.max_context to at most {pool.tokens:,} (requests are cut to fit it), or "
         "give the KV cache more memory",
         scenario.lines.get(("serving", "max_context")),
