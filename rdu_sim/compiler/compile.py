@@ -73,6 +73,7 @@ from rdu_sim.compiler.program import (
 )
 from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
+from rdu_sim.compiler.row_path import RowGraph
 from rdu_sim.compiler.shared_programs import shared
 from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.compiler.view import CompileView, compile_view
@@ -737,6 +738,16 @@ def kernel_time(stages: Sequence[StageProgram], socket: SocketConfig) -> float:
     return max(compute, _memory_time(stages, socket))
 
 
+def row_graph(stages: Sequence[StageProgram]) -> RowGraph:
+    """How one row crosses ``stages`` (topologically ordered): their producers, and which
+    hold their consumers to the row's end (``whole_row_outputs``, `row_barriers`)."""
+    index = {s.name: i for i, s in enumerate(stages)}
+    return RowGraph(
+        tuple(tuple(index[name] for name in s.inputs) for s in stages),
+        tuple(s.whole_row_outputs > 0 for s in stages),
+    )
+
+
 def _placed(
     kernel: KernelGraph,
     drafts: Sequence[_Draft],
@@ -765,6 +776,7 @@ def _placed(
         pmu_bandwidth=socket.pmu.bandwidth,
         memory_time=_memory_time(stages, socket),
         chain_rows=chain_rows,
+        graph=None if chain_rows is None else row_graph(stages),
     )
     placed = []
     for draft, stage, stream, pcus, pmus in zip(
