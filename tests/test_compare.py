@@ -260,13 +260,13 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
     """SN40L-8 against the DGX H100 on Llama 3.1 70B: the same batch, both decode steps
     bound by HBM bandwidth; the H100's 1.7x sustained bandwidth (its peak's 1.86x, at each
     device's efficiency), not the bytes, sets HBM's time, and
-    the rest of the H100's step (HBM is 59.5% of it) brings the steps to 0.907x, not 0.6x."""
+    the rest of the H100's step (HBM is 59.5% of it) brings the steps to 0.903x, not 0.6x."""
     data = compare(WORKLOAD, [SN40L_8, DGX]).to_dict()
     (verdict,) = data["verdicts"]
     assert verdict.startswith("dgx-h100 serves")
     assert "the same batch (32 slots)" in verdict
     assert "bound by HBM bandwidth in both" in verdict
-    assert "(59.5% vs 89.5% of their step time)" in verdict
+    assert "(59.5% vs 89.1% of their step time)" in verdict
     assert "its time on HBM bandwidth is 0.603x as long, the HBM bandwidth (1.7x) the" in verdict
     # the rates it states are the ones its times are at: bytes / rate is the HBM time
     assert (
@@ -277,11 +277,11 @@ def test_the_hardware_verdict_names_the_bandwidth() -> None:
         rate = column["peak_hbm_bandwidth"] * column["hbm_efficiency"]
         assert column["hbm_bytes"] / rate == pytest.approx(column["resource_s"]["hbm"])
     assert verdict.endswith(
-        "; the rest of each step (40.5% vs 10.5%), which HBM bandwidth does not explain, "
-        "brings the steps to 0.907x; of that rest, kernel boundaries (launch and sync) take "
+        "; the rest of each step (40.5% vs 10.9%), which HBM bandwidth does not explain, "
+        "brings the steps to 0.903x; of that rest, kernel boundaries (launch and sync) take "
         "5.29 ms vs 51 us (805 vs 3 kernel calls; 31.6% vs 0.3% of their step); host time, a "
-        "factor of its own: the serving stacks add 0 s vs 1.65 ms to their steps (tensorrt-llm "
-        "vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its step takes "
+        "factor of its own: the serving stacks add 0 s vs 1.73 ms to their steps (tensorrt-llm "
+        "vs sambastack-2025; 0.0% vs 9.3% of them), and on the device alone its step takes "
         "0.996x as long (16.7 ms vs 16.8 ms)."
     )
 
@@ -689,7 +689,7 @@ def test_a_gpu_step_its_bound_leaves_half_unexplained_names_the_parts_that_add_u
         f"attention's thread blocks {d(times['blocks'])}, the host's kernel launches "
         f"{d(times['launch'])}), and {d(gpu.step_s - parts - others)} no one resource explains "
         "(latencies, resources waiting on each other); host time, a factor of its own: the "
-        "serving stacks add 0 s vs 1.65 ms to their steps (tensorrt-llm vs sambastack-2025;"
+        "serving stacks add 0 s vs 1.73 ms to their steps (tensorrt-llm vs sambastack-2025;"
     ) in said
     assert said.count("latencies") == 1 and "the largest other" not in said
     assert "sn40l-8's" not in said  # its HBM time explains most of its step
@@ -820,7 +820,7 @@ def test_a_composition_of_experts_batch_that_leaves_no_expert_room_does_not_fit(
 
 def test_the_verdict_says_bound_by_only_where_the_column_lines_do() -> None:
     """dgx-h100-vllm's decode step is 38.6% HBM ('largest part' on its line), sn40l-8's
-    89.5% ('bound by'): the verdict uses each column's label, not 'both read as bound by';
+    89.1% ('bound by'): the verdict uses each column's label, not 'both read as bound by';
     a verdict between steps of different resources labels each the same way."""
     from dataclasses import replace
 
@@ -831,9 +831,9 @@ def test_the_verdict_says_bound_by_only_where_the_column_lines_do() -> None:
     args = ["compare", "llama3.1-70b-decode", "--hardware", "dgx-h100-vllm"]
     said = " ".join(CliRunner().invoke(cli, [*args, "--hardware", "sn40l-8"]).stdout.split())
     assert "decode step 25.8 ms largest part HBM bandwidth (9.96 ms of it, 38.6%" in said
-    assert "decode step 18.5 ms bound by HBM bandwidth (16.5 ms of it, 89.5%" in said
+    assert "decode step 18.5 ms bound by HBM bandwidth (16.5 ms of it, 89.1%" in said
     assert (
-        "bound by HBM bandwidth vs largest part HBM bandwidth: it takes 89.5% vs 38.6% of "
+        "bound by HBM bandwidth vs largest part HBM bandwidth: it takes 89.1% vs 38.6% of "
         "their step time"
     ) in said
     assert "both read as bound by" not in said
@@ -883,13 +883,13 @@ def test_the_verdict_credits_host_time_as_a_factor_of_its_own(tmp_path: Path) ->
     result = compare(WORKLOAD, [SN40L_8, bare_sn40l(tmp_path)])
     served, bare = result.columns
     assert (bare.stack, served.stack) == ("none", "sambastack-2025")
-    assert bare.runtime_s == 0 and served.runtime_s == pytest.approx(1.646e-3)
+    assert bare.runtime_s == 0 and served.runtime_s == pytest.approx(1.732e-3)
     assert bare.step_s is not None and served.step_s is not None
-    assert bare.step_s == pytest.approx(served.step_s - 1.646e-3, rel=1e-12)
+    assert bare.step_s == pytest.approx(served.step_s - 1.732e-3, rel=1e-12)
     (verdict,) = result.verdicts
     assert verdict.endswith(
-        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
-        f"steps (none vs sambastack-2025; 0.0% vs {human.percent(1.646e-3 / served.step_s)} of "
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.73 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs {human.percent(1.732e-3 / served.step_s)} of "
         "them), and on the device alone its step takes 1x as long (16.8 ms vs 16.8 ms)."
     )
     # under one stack the host times are equal and the clause is gone
@@ -900,7 +900,7 @@ def test_the_verdict_credits_host_time_as_a_factor_of_its_own(tmp_path: Path) ->
 def test_host_time_is_named_even_where_the_rest_of_the_step_is_not(tmp_path: Path) -> None:
     """A new socket with 4.44x the HBM bandwidth under no stack against SN40L-8 under
     SambaStack: the rest of each step stays within 15% of the HBM ratio, so the rest is not
-    named; the host time (8.9% of SN40L-8's step) still is, with the devices' own ratio."""
+    named; the host time (9.3% of SN40L-8's step) still is, with the devices' own ratio."""
     fast = tmp_path / "fast.yaml"
     fast.write_text(
         "extends: sn40l-8\nname: fast-8\ndefault_stack: none\n"
@@ -911,12 +911,12 @@ def test_host_time_is_named_even_where_the_rest_of_the_step_is_not(tmp_path: Pat
     (verdict,) = result.verdicts
     assert "the rest of each step" not in verdict
     assert served.step_s is not None and new.step_s is not None
-    device = new.step_s / (served.step_s - 1.646e-3)
+    device = new.step_s / (served.step_s - 1.732e-3)
     assert verdict.endswith(
-        "; host time, a factor of its own: the serving stacks add 0 s vs 1.65 ms to their "
-        f"steps (none vs sambastack-2025; 0.0% vs 8.9% of them), and on the device alone its "
+        "; host time, a factor of its own: the serving stacks add 0 s vs 1.73 ms to their "
+        f"steps (none vs sambastack-2025; 0.0% vs 9.3% of them), and on the device alone its "
         f"step takes {human.ratio(device)} as long ({human.duration(new.step_s)} vs "
-        f"{human.duration(served.step_s - 1.646e-3)})."
+        f"{human.duration(served.step_s - 1.732e-3)})."
     )
 
 

@@ -346,7 +346,7 @@ def test_a_round_run_as_one_program_pays_the_hosts_time_once() -> None:
     """SambaStack runs a round as one program (``speculative_rounds: one_program``): the
     host's time of a step is paid once a round, by the verify step, and the draft's k steps
     take their device time alone, what they take on the bare hardware (stack none). Run
-    step by step, each draft step pays SambaStack's serial 1.646 ms too: k of them a round.
+    step by step, each draft step pays SambaStack's serial 1.732 ms too: k of them a round.
     A run without speculation does not read the field."""
     one = api.run(SPECDEC, FEW)
     steps = api.run(SPECDEC, [*FEW, "stack.speculative_rounds=step_by_step"])
@@ -354,7 +354,7 @@ def test_a_round_run_as_one_program_pays_the_hosts_time_once() -> None:
     stack = one.scenario.stack
     assert stack.speculative_rounds == "one_program" and stack.sampling == "device"
     host = stack.host.serial_per_step
-    assert host == pytest.approx(1.646e-3)
+    assert host == pytest.approx(1.732e-3)
     d_one, d_steps, d_bare = _decoding(one), _decoding(steps), _decoding(bare)
     k = d_one.draft_tokens
     # the same rounds drawn, the same verify and plain steps: the rounds k host times apart
