@@ -67,7 +67,7 @@ from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.graph import GraphGroup, operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
-from rdu_sim.kv.paged import PagedKV, reserved_pages
+from rdu_sim.kv.paged import PagedKV, gives_on_demand, reserved_pages
 from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -343,12 +343,20 @@ def reserved_words(scenario: Scenario) -> str:
     return "kept prompt tokens (speculative prefill) and output tokens"
 
 
+def pages_on_demand(scenario: Scenario) -> bool:
+    """Whether a lone server of ``scenario`` gets its pages on demand
+    (`kv.paged.gives_on_demand`: the stack's ``kv_allocation`` on_demand and decode a token a
+    step, no speculative rounds)."""
+    on_demand = scenario.stack.kv_allocation == "on_demand"
+    return gives_on_demand(on_demand, "mixed", verify_tokens(scenario))
+
+
 def admission_words(scenario: Scenario) -> str:
     """How a paged pool's requests take their pages, for `capacity_words`: at admission, all
-    of `reserved_words`; or, under ``kv_allocation: on_demand``, page by page as they decode,
-    the batch sized as if they reserved (`kv.paged`: the compiler sizes with the reserving
-    rule)."""
-    if scenario.stack.kv_allocation == "on_demand":
+    of `reserved_words`; or, where the pool gives pages on demand (`pages_on_demand`), page
+    by page as they decode, the batch sized as if they reserved (`kv.paged`: the compiler
+    sizes with the reserving rule)."""
+    if pages_on_demand(scenario):
         return (
             f"the batch sized as if each request reserved its {reserved_words(scenario)}; "
             "the stack gives pages on demand as requests decode (kv_allocation: on_demand)"
@@ -381,6 +389,7 @@ def paged_kv(scenario: Scenario, pages: int, stage: PipelineStage | None = None)
         page_bytes=page_bytes(scenario, stage),
         on_demand=scenario.stack.kv_allocation == "on_demand",
         watermark_pages=int(scenario.stack.kv_watermark * pages),
+        step_tokens=verify_tokens(scenario),
     )
 
 

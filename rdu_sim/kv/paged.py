@@ -36,14 +36,22 @@ class PagedKV:
     slot_tokens: int
     extra_tokens: int = 0
     page_bytes: int = 0  # one device's bytes of one page (for the report)
-    # the stack's ``kv_allocation`` is ``on_demand``: a request takes its prompt's pages at
-    # admission and grows page by page (``serving.kv_pool.OnDemandPool``), an admission
-    # leaving ``watermark_pages`` free (the stack's ``kv_watermark`` of the pool, rounded down)
+    # the stack's ``kv_allocation`` is ``on_demand``: where the pool gives pages on demand
+    # (:meth:`gives_on_demand`) a request takes its prompt's pages at admission and grows page
+    # by page (``serving.kv_pool.OnDemandPool``), an admission leaving ``watermark_pages``
+    # free (the stack's ``kv_watermark`` of the pool, rounded down)
     on_demand: bool = False
     watermark_pages: int = 0
+    # tokens a sequence's cache grows at most a decode step: 1, or k + 1 a speculative round
+    step_tokens: int = 1
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)
+
+    def gives_on_demand(self, role: str = "mixed") -> bool:
+        """Whether this pool gives pages on demand on a server of ``role``
+        (:func:`gives_on_demand`)."""
+        return gives_on_demand(self.on_demand, role, self.step_tokens)
 
     def request_pages(self, prompt: int, output: int, role: str = "mixed") -> int:
         """Pages a request of ``prompt`` and ``output`` tokens reserves at admission on a
@@ -60,6 +68,16 @@ class PagedKV:
     def tokens(self) -> int:
         """Tokens the whole pool holds."""
         return self.pages * self.page_tokens
+
+
+def gives_on_demand(on_demand: bool, role: str, step_tokens: int) -> bool:
+    """Whether a paged pool gives pages on demand, the one rule (the scheduler's pool,
+    ``serving.kv_pool.kv_pool``; the run's refusals, ``serving.limits``; the batch ``auto``
+    sizes, ``compiler.placement``; the reports' preemptions): the stack's ``kv_allocation``
+    is ``on_demand``, on a server that prefills and decodes its own requests (``role``
+    mixed) ``step_tokens`` 1 a decode step. A disaggregated replica (its pages handed over
+    whole) and speculative rounds (a round's k + 1 tokens) reserve."""
+    return on_demand and role == "mixed" and step_tokens == 1
 
 
 def held_output(output: int, role: str) -> int:
