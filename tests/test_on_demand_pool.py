@@ -417,18 +417,43 @@ def test_each_admission_leaves_the_watermark_and_each_request_holds_its_caches_p
 
 
 def test_the_capacity_words_say_pages_come_on_demand() -> None:
-    """The batch is sized with the reserving rule under both allocations; only a reserving
-    stack's words say a request reserves its pages at admission."""
+    """Only a reserving stack's words say a request reserves its pages at admission; on
+    demand they say what sized the batch: the prompt's pages and the watermark."""
     words = {}
     for allocation in ("reserve", "on_demand"):
         scenario = api.load(L8, {**WORKLOAD, "stack.kv_allocation": allocation})
         words[allocation] = capacity_words(scenario, 100, 32)
     assert "each request reserves its prompt and output tokens at admission" in words["reserve"]
+    assert "(20 pages of 16 tokens;" in words["reserve"]
     assert "at admission" not in words["on_demand"]
     assert (
-        "the batch sized as if each request reserved its prompt and output tokens; the stack "
-        "gives pages on demand as requests decode (kv_allocation: on_demand)"
+        "(16 pages of 16 tokens; each request admitted on its prompt tokens' pages, leaving the "
+        "stack's kv_watermark (1.0% of the pool) free; the stack gives pages on demand as "
+        "requests decode, preempting when they run out (kv_allocation: on_demand))"
     ) in words["on_demand"]
+
+
+def test_auto_sizes_an_on_demand_batch_by_its_prompts_pages_and_the_watermark() -> None:
+    """vLLM's scheduler admits while the free pages less a prompt's leave the watermark: the
+    batch ``auto`` picks under pages on demand is the most slots whose smallest prompts'
+    pages (256 tokens: 16 pages) and the watermark fit the pool beside their activations,
+    more than the reserving rule's (256 + 64 tokens: 20 pages a request)."""
+    from rdu_sim.compiler.placement import batch_capacity, pool_pages, weight_inventory
+
+    picked = {}
+    for allocation in ("reserve", "on_demand"):
+        scenario = api.load(L8, {**BINDS, "stack.kv_allocation": allocation})
+        picked[allocation] = batch_capacity(scenario)
+    scenario = api.load(L8, {**BINDS, "stack.kv_allocation": "on_demand"})
+    weights = sum(w.bytes for w in weight_inventory(scenario))
+
+    def fits(slots: int) -> bool:
+        pages = pool_pages(scenario, slots, weights)
+        return slots * 16 + int(0.01 * pages) <= pages
+
+    n = picked["on_demand"]
+    assert fits(n) and not fits(n + 1)
+    assert n > picked["reserve"]
 
 
 def test_a_request_longer_than_the_pool_is_refused_in_its_allocations_words() -> None:

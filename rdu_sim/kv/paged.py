@@ -9,9 +9,10 @@ plus its output tokens (at most the policy's slot), rounded up to whole pages
 The pages return when the request completes. A stack with ``kv_allocation: on_demand``
 (vLLM's block manager) gives a request only its prompt's pages at admission and one more
 page as its decode crosses each page boundary, preempting the running request that arrived
-last when none is free (``serving.kv_pool.OnDemandPool``). The compiler sizes the pool and
-the batch with the reserving rule (``compiler.placement``), the scheduler admits with the
-stack's (``serving.kv_pool``).
+last when none is free (``serving.kv_pool.OnDemandPool``). The compiler sizes the batch
+with the rule the pool follows (``compiler.placement.smallest_request_pages``: a
+reservation, or a prompt's pages and the watermark where pages come on demand), the
+scheduler admits with it (``serving.kv_pool``).
 
 A cluster's prefix cache keeps its blocks in the same pool (``serving.kv_pool`` says how a
 request's pages and the cached blocks relate): a block of ``block_tokens`` is
