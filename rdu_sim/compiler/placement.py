@@ -1200,7 +1200,8 @@ def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:
         return f"one slot's KV cache is {human.size(kv_bytes(scenario, 1, stage), 4)}"
     least = smallest_request_pages(scenario)
     return (
-        f"the smallest request takes {human.count(least, 'page')} of "
+        f"the smallest request {'takes' if pages_on_demand(scenario) else 'reserves'} "
+        f"{human.count(least, 'page')} of "
         f"{scenario.stack.kv_page_tokens} tokens "
         f"({human.size(least * page_bytes(scenario, stage), 4)})"
     )
