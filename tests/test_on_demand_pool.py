@@ -20,6 +20,7 @@ from rdu_sim.cluster.prefix_cache import PooledBlocks, PrefixCache
 from rdu_sim.compiler.placement import capacity_words
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.kv.paged import PagedKV
+from rdu_sim.report.summary import summarize
 from rdu_sim.serving.kv_pool import OnDemandPool
 from rdu_sim.serving.step_cache import StepCounts
 
@@ -416,18 +417,43 @@ def test_each_admission_leaves_the_watermark_and_each_request_holds_its_caches_p
 
 
 def test_the_capacity_words_say_pages_come_on_demand() -> None:
-    """The batch is sized with the reserving rule under both allocations; only a reserving
-    stack's words say a request reserves its pages at admission."""
+    """Only a reserving stack's words say a request reserves its pages at admission; on
+    demand they say what sized the batch: the prompt's pages and the watermark."""
     words = {}
     for allocation in ("reserve", "on_demand"):
         scenario = api.load(L8, {**WORKLOAD, "stack.kv_allocation": allocation})
         words[allocation] = capacity_words(scenario, 100, 32)
     assert "each request reserves its prompt and output tokens at admission" in words["reserve"]
+    assert "(20 pages of 16 tokens;" in words["reserve"]
     assert "at admission" not in words["on_demand"]
     assert (
-        "the batch sized as if each request reserved its prompt and output tokens; the stack "
-        "gives pages on demand as requests decode (kv_allocation: on_demand)"
+        "(16 pages of 16 tokens; each request admitted on its prompt tokens' pages, leaving the "
+        "stack's kv_watermark (1.0% of the pool) free; the stack gives pages on demand as "
+        "requests decode, preempting when they run out (kv_allocation: on_demand))"
     ) in words["on_demand"]
+
+
+def test_auto_sizes_an_on_demand_batch_by_its_prompts_pages_and_the_watermark() -> None:
+    """vLLM's scheduler admits while the free pages less a prompt's leave the watermark: the
+    batch ``auto`` picks under pages on demand is the most slots whose smallest prompts'
+    pages (256 tokens: 16 pages) and the watermark fit the pool beside their activations,
+    more than the reserving rule's (256 + 64 tokens: 20 pages a request)."""
+    from rdu_sim.compiler.placement import batch_capacity, pool_pages, weight_inventory
+
+    picked = {}
+    for allocation in ("reserve", "on_demand"):
+        scenario = api.load(L8, {**BINDS, "stack.kv_allocation": allocation})
+        picked[allocation] = batch_capacity(scenario)
+    scenario = api.load(L8, {**BINDS, "stack.kv_allocation": "on_demand"})
+    weights = sum(w.bytes for w in weight_inventory(scenario))
+
+    def fits(slots: int) -> bool:
+        pages = pool_pages(scenario, slots, weights)
+        return slots * 16 + int(0.01 * pages) <= pages
+
+    n = picked["on_demand"]
+    assert fits(n) and not fits(n + 1)
+    assert n > picked["reserve"]
 
 
 def test_a_request_longer_than_the_pool_is_refused_in_its_allocations_words() -> None:
@@ -446,3 +472,53 @@ def test_a_request_longer_than_the_pool_is_refused_in_its_allocations_words() ->
         assert words in message
         never = "could never finish" if on_demand else "could never be admitted"
         assert never in message
+
+
+SPECDEC = "workloads/speculative/llama3.1-70b-16socket-specdec.yaml"
+TIGHT_SPECDEC = {
+    "hardware": "dgx-h100",
+    "parallelism.tp": 8,
+    "stack": "vllm-2024",
+    "serving.requests": 4,
+    "serving.batch_slots": 4,
+    "serving.max_context": 131072,
+    "serving.prefill_chunk_tokens": 2048,
+    "stack.memory_utilization": 0.27,
+    "serving.prompt_tokens": 58800,
+    "serving.output_tokens": 200,
+}
+"""A pool of 3,710 pages: one 58,800 + 200-token request's reservation (3,688 pages) fits;
+a preempted one's readmission, 58,999 tokens and the 1% watermark, would not."""
+
+
+def test_speculative_rounds_reserve_under_an_on_demand_stack() -> None:
+    """Speculative rounds grow a slot k + 1 tokens a round, so their pool reserves whatever
+    the stack's kv_allocation (`kv.paged.gives_on_demand`); the refusal that guards
+    readmissions after a preemption, which a reserving pool never makes, must not refuse
+    the run, and the report names no preemptions. It runs as the reserving stack does."""
+    runs = {
+        allocation: api.run(api.load(SPECDEC, {**TIGHT_SPECDEC, "stack.kv_allocation": allocation}))
+        for allocation in ("on_demand", "reserve")
+    }
+    assert _times(runs["on_demand"]) == _times(runs["reserve"])
+    summary = summarize(runs["on_demand"])
+    assert summary.kv_pool is not None and summary.kv_pool.preemptions is None
+    assert "preemptions" not in summary.to_dict()["kv_pool"]
+    scenario = runs["on_demand"].scenario
+    assert not runs["on_demand"].placement.kv_pool.gives_on_demand()
+    assert "each request reserves its prompt and output tokens at admission" in (
+        capacity_words(scenario, 1, 1)
+    )
+
+
+def test_a_speculative_pools_refusal_says_it_reserves() -> None:
+    """A request longer than a speculative run's pool could never be admitted (its pool
+    reserves), not "never finish" as a pool giving pages on demand would say."""
+    from rdu_sim.serving.limits import check_pool
+
+    scenario = api.load(SPECDEC, {**TIGHT_SPECDEC, "stack.kv_allocation": "on_demand"})
+    pool = PagedKV(page_tokens=16, pages=20, slot_tokens=1 << 20, on_demand=True, step_tokens=5)
+    assert not pool.gives_on_demand() and not pool.gives_on_demand("decode")
+    with pytest.raises(ConfigError) as refused:
+        check_pool(scenario, pool, np.array([64]), np.array([300]))
+    assert "could never be admitted" in str(refused.value)

@@ -188,8 +188,9 @@ def test_the_pool_is_the_stacks_kv_room_in_whole_pages(stack: str) -> None:
 
 def test_vllm_runs_at_most_its_default_max_num_seqs() -> None:
     """vllm-2024 had no max_batch_slots, so ``auto`` counted every smallest request its pool
-    holds (726 here; 13,710 for the review's 1-token requests) and their activations shrank
-    the pool (5.8% at 13,710). vLLM's max_num_seqs defaults to 256 (the stack file's
+    holds (898 here, by their prompts' pages and the watermark under its pages on demand;
+    13,710 for the review's 1-token requests) and their activations shrank the pool (5.8% at
+    13,710). vLLM's max_num_seqs defaults to 256 (the stack file's
     source): the batch stops there and the pool is the room beside 256 slots' activations."""
     overrides = {"hardware": "dgx-h100", "stack": "vllm-2024", "serving.batch_slots": "auto"}
     scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
@@ -199,7 +200,7 @@ def test_vllm_runs_at_most_its_default_max_num_seqs() -> None:
         "workloads/llama3.1-8b-1socket.yaml",
         overrides={**overrides, "stack.max_batch_slots": None},
     )
-    assert api.resolve_batch_slots(uncapped, api.EngineBackend()) == (726, 726)
+    assert api.resolve_batch_slots(uncapped, api.EngineBackend()) == (898, 898)
     pool, at_13710 = plan_memory(scenario, 256).kv_pool, plan_memory(scenario, 13710).kv_pool
     assert pool is not None and at_13710 is not None
     assert (pool.pages, at_13710.pages) == (29110, 27421)

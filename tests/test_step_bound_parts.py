@@ -189,3 +189,60 @@ def test_the_snapstream_step_names_its_idle_hbm() -> None:
         "the serving stack's host time on the step's path 1.73 ms + kernel boundaries (launch "
         "and sync) 68 us = 41.1 ms"
     ) in " ".join(printed.split())
+
+
+PIPELINED = {"parallelism.tp": 2, "parallelism.pp": 4}
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4, 8])
+@pytest.mark.parametrize("overrides", [{}, H100], ids=["sn40l", "h100"])
+def test_a_pipelined_step_s_parts_are_measured_as_its_resources(
+    overrides: dict[str, object], micro_batches: int
+) -> None:
+    """A pipelined step's resource times are its first stage's devices' over every
+    micro-batch, so its execution is measured the same way: 8 micro-batches of batch 64 on
+    SN40L took HBM 28.3 ms against one micro-batch through every stage (14.7 ms), an idle
+    part of -13.7 ms. Every part is positive, they add up to the step, and the boundaries
+    part is the boundaries resource's time."""
+    shape = {**overrides, **PIPELINED, "parallelism.micro_batches": micro_batches}
+    report = api.step_report("llama3.1-8b-8socket", shape, batch=64)
+    data = report.to_dict()
+    parts, bound = data["parts"], data["bound"]
+    assert all(t > 0 for t in parts.values()), parts
+    assert sum(parts.values()) == pytest.approx(data["step_s"], rel=1e-12, abs=0)
+    resource = bound["resource"]
+    assert parts[resource] == bound[f"{resource}_s"]
+    assert parts["boundaries"] == pytest.approx(bound["boundaries_s"], rel=1e-12)
+    stages = data["pipeline"]["stage_s"]
+    assert parts["pipeline"] == pytest.approx(
+        data["device_s"] - micro_batches * stages[0], rel=1e-9
+    )
+
+
+def test_the_host_link_part_is_the_link_s_own_time() -> None:
+    """Sampling on the host over a 27.5 MB/s link binds: its part is the link's trip alone,
+    and the stack's own host time is a part of its own (the two add up to the host's time
+    on the step's path), on a pipeline as on one stage."""
+    overrides = {"stack": "sambastudio-2024", "hw.system.host_link.bandwidth": "27.5 MB/s"}
+    for shape in ({}, {**PIPELINED, "parallelism.micro_batches": 4}):
+        report = api.step_report("llama3.1-8b-8socket", {**overrides, **shape}, batch=32)
+        data = report.to_dict()
+        parts, bound = data["parts"], data["bound"]
+        assert bound["resource"] == "host_link"
+        assert parts["host_link"] == bound["host_link_s"]
+        assert parts["runtime"] == pytest.approx(bound["host_s"], rel=1e-12)
+        assert parts["host_link"] + parts["runtime"] == pytest.approx(data["runtime_s"])
+        assert sum(parts.values()) == pytest.approx(data["step_s"], rel=1e-12, abs=0)
+
+
+def test_kernel_launches_binding_a_pipeline_are_a_part() -> None:
+    """Without CUDA graphs at 50 us a launch, a pipelined H100 step of 8 micro-batches is
+    bound by its launches: the device's wait for them is a part, named by the resource."""
+    overrides = {**H100, **PIPELINED, "parallelism.micro_batches": 8}
+    overrides |= {"cuda_graphs": False, "hw.gpu.kernel.launch": "50 us"}
+    data = api.step_report("llama3.1-8b-8socket", overrides, batch=64).to_dict()
+    parts = data["parts"]
+    assert data["bound"]["resource"] == "launch"
+    assert parts["launch"] > 0 and "execution" in parts
+    assert all(t > 0 for t in parts.values()), parts
+    assert sum(parts.values()) == pytest.approx(data["step_s"], rel=1e-12, abs=0)

@@ -39,9 +39,9 @@ resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_
 overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
 explains), ``parts`` (``report.bound.step_parts``: the step's time in parts that add up to
 ``step_s``, the binding resource's time, ``idle`` the kernels' execution it did not take,
-and the serial parts beside it: ``boundaries``, ``runtime`` the host's, ``launch`` or
-``pipeline``; the console's ``the step's parts`` line), for a default decode step of
-fewer sequences than the batch slots
+and the serial parts beside it: ``boundaries``, ``runtime`` the host's, ``host_link`` the
+logits' trip to it, ``launch``, ``pipeline``; the console's ``the step's parts`` line), for
+a default decode step of fewer sequences than the batch slots
 ``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
 console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
 hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a

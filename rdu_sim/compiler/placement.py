@@ -67,7 +67,7 @@ from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.graph import GraphGroup, operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
-from rdu_sim.kv.paged import PagedKV, reserved_pages
+from rdu_sim.kv.paged import PagedKV, gives_on_demand, reserved_pages
 from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -315,10 +315,13 @@ def draft_page_bytes(scenario: Scenario) -> int:
 
 
 def smallest_request_pages(scenario: Scenario) -> int:
-    """Pages the workload's smallest possible request reserves (`kv.paged.reserved_pages`:
-    its distributions' least prompt and output; a trace's, one token each; of the prompt,
-    the tokens the target caches, `speculation.target_prompt`, as the scheduler reserves
-    them): the most sequences a paged pool can hold at once is its pages over these."""
+    """Pages the workload's smallest possible request takes at admission
+    (`kv.paged.reserved_pages`: its distributions' least prompt and output; a trace's, one
+    token each; of the prompt, the tokens the target caches, `speculation.target_prompt`, as
+    the scheduler takes them): its reservation, or where the pool gives pages on demand
+    (`pages_on_demand`) its prompt's pages alone, as vLLM's scheduler admits while the free
+    pages less a prompt's leave the watermark (growth met by preemption). The most sequences
+    a paged pool admits at once is its pages (less that watermark) over these."""
     page = scenario.stack.kv_page_tokens
     assert page is not None, "a reservation is a paged stack's"
     serving = scenario.workload.serving
@@ -331,27 +334,54 @@ def smallest_request_pages(scenario: Scenario) -> int:
     prompt = max(1, min(prompt, serving.max_context - 1))
     output = max(1, min(output, serving.max_context - prompt))
     cached = target_prompt(scenario.workload.speculation, prompt)
+    if pages_on_demand(scenario):
+        output = 0  # admitted on its prompt's pages
     return reserved_pages(cached, output, slot_tokens(scenario), page, rollback_tokens(scenario))
 
 
-def reserved_words(scenario: Scenario) -> str:
+def admission_watermark(scenario: Scenario, pages: int) -> int:
+    """Pages of a pool of ``pages`` an admission leaves free: the stack's ``kv_watermark``
+    of them, rounded down, where the pool gives pages on demand (`pages_on_demand`); none
+    where requests reserve (a reservation never grows)."""
+    return watermark_pages(scenario, pages) if pages_on_demand(scenario) else 0
+
+
+def watermark_pages(scenario: Scenario, pages: int) -> int:
+    """The stack's ``kv_watermark`` of a pool of ``pages``, in whole pages (rounded down)."""
+    return int(scenario.stack.kv_watermark * pages)
+
+
+def reserved_words(scenario: Scenario, output: bool = True) -> str:
     """What a request reserves of a paged pool, in words: its prompt and output tokens, or
-    under speculative prefill the prompt tokens the target keeps (`smallest_request_pages`)."""
+    under speculative prefill the prompt tokens the target keeps (`smallest_request_pages`);
+    ``output`` False: the prompt's alone (an admission under pages on demand)."""
     spec = scenario.workload.speculation
     if spec is None or spec.prefill is None:
-        return "prompt and output tokens"
-    return "kept prompt tokens (speculative prefill) and output tokens"
+        return "prompt and output tokens" if output else "prompt tokens"
+    kept = "kept prompt tokens (speculative prefill)"
+    return f"{kept} and output tokens" if output else kept
+
+
+def pages_on_demand(scenario: Scenario) -> bool:
+    """Whether a lone server of ``scenario`` gets its pages on demand
+    (`kv.paged.gives_on_demand`: the stack's ``kv_allocation`` on_demand and decode a token a
+    step, no speculative rounds)."""
+    on_demand = scenario.stack.kv_allocation == "on_demand"
+    return gives_on_demand(on_demand, "mixed", verify_tokens(scenario))
 
 
 def admission_words(scenario: Scenario) -> str:
     """How a paged pool's requests take their pages, for `capacity_words`: at admission, all
-    of `reserved_words`; or, under ``kv_allocation: on_demand``, page by page as they decode,
-    the batch sized as if they reserved (`kv.paged`: the compiler sizes with the reserving
-    rule)."""
-    if scenario.stack.kv_allocation == "on_demand":
+    of `reserved_words`; or, where the pool gives pages on demand (`pages_on_demand`), their
+    prompt's at admission, leaving the watermark free, and the rest page by page as they
+    decode (what `smallest_request_pages` sizes the batch by)."""
+    if pages_on_demand(scenario):
+        share = human.percent(scenario.stack.kv_watermark)
         return (
-            f"the batch sized as if each request reserved its {reserved_words(scenario)}; "
-            "the stack gives pages on demand as requests decode (kv_allocation: on_demand)"
+            f"each request admitted on its {reserved_words(scenario, output=False)}' pages, "
+            f"leaving the stack's kv_watermark ({share} of the pool) free; the stack gives "
+            "pages on demand as requests decode, preempting when they run out "
+            "(kv_allocation: on_demand)"
         )
     return f"each request reserves its {reserved_words(scenario)} at admission"
 
@@ -380,7 +410,8 @@ def paged_kv(scenario: Scenario, pages: int, stage: PipelineStage | None = None)
         extra_tokens=rollback_tokens(scenario),
         page_bytes=page_bytes(scenario, stage),
         on_demand=scenario.stack.kv_allocation == "on_demand",
-        watermark_pages=int(scenario.stack.kv_watermark * pages),
+        watermark_pages=watermark_pages(scenario, pages),
+        step_tokens=verify_tokens(scenario),
     )
 
 
@@ -1008,9 +1039,11 @@ def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | N
     """Whether the KV cache of ``slots`` slots (of a pipeline ``stage``'s layers) fits in the
     room the serving stack gives it (``StackConfig.kv_room``) beside ``weights`` and the
     activations in HBM."""
-    if scenario.stack.dynamic_batch:  # a pool of pages: each slot's least reservation
+    if scenario.stack.dynamic_batch:  # a pool of pages: each slot's least admission
         pages = pool_pages(scenario, slots, weights, stage)
-        return slots * smallest_request_pages(scenario) <= pages
+        return (
+            slots * smallest_request_pages(scenario) + admission_watermark(scenario, pages) <= pages
+        )
     room = scenario.stack.kv_room(
         scenario.hardware.hbm.capacity, weights, activation_bytes(scenario, slots, stage)
     )
@@ -1167,7 +1200,8 @@ def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:
         return f"one slot's KV cache is {human.size(kv_bytes(scenario, 1, stage), 4)}"
     least = smallest_request_pages(scenario)
     return (
-        f"the smallest request reserves {human.count(least, 'page')} of "
+        f"the smallest request {'takes' if pages_on_demand(scenario) else 'reserves'} "
+        f"{human.count(least, 'page')} of "
         f"{scenario.stack.kv_page_tokens} tokens "
         f"({human.size(least * page_bytes(scenario, stage), 4)})"
     )

@@ -29,7 +29,7 @@ from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.links import link_field, topology_for
-from rdu_sim.engine.timing import StepTiming, host_transfer_s, step_host_time
+from rdu_sim.engine.timing import KernelTiming, StepTiming, host_transfer_s, step_host_time
 
 Gen = Generator[Any, Any, None]
 
@@ -133,6 +133,18 @@ def run_pipeline(
     return PipelineRun(end, bubble, env.processed, tuple(hand_offs))
 
 
+def stage_prefix(stage: int) -> str:
+    """The prefix a pipelined step's kernels carry to name their stage (``s1/decoder``)."""
+    return f"s{stage}/"
+
+
+def stage_kernels(timing: StepTiming, stage: int) -> tuple[KernelTiming, ...]:
+    """The kernels of a pipelined step's stage ``stage``: one micro-batch's, as every
+    stage's are in ``timing.kernels`` (:func:`pipelined_timing`)."""
+    prefix = stage_prefix(stage)
+    return tuple(k for k in timing.kernels if k.name.startswith(prefix))
+
+
 def pipelined_timing(
     program: Program,
     stages: Sequence[StepTiming],
@@ -184,7 +196,7 @@ def pipelined_timing(
         hbm_bandwidth_fraction=first.hbm_bandwidth_fraction * parts * first.step_s / step,
         flops_fraction=first.flops_fraction * parts * first.step_s / step,
         kernels=tuple(
-            replace(kernel, name=f"s{index}/{kernel.name}")
+            replace(kernel, name=f"{stage_prefix(index)}{kernel.name}")
             for index, timing in enumerate(stages)
             for kernel in timing.kernels
         ),

@@ -9,9 +9,10 @@ plus its output tokens (at most the policy's slot), rounded up to whole pages
 The pages return when the request completes. A stack with ``kv_allocation: on_demand``
 (vLLM's block manager) gives a request only its prompt's pages at admission and one more
 page as its decode crosses each page boundary, preempting the running request that arrived
-last when none is free (``serving.kv_pool.OnDemandPool``). The compiler sizes the pool and
-the batch with the reserving rule (``compiler.placement``), the scheduler admits with the
-stack's (``serving.kv_pool``).
+last when none is free (``serving.kv_pool.OnDemandPool``). The compiler sizes the batch
+with the rule the pool follows (``compiler.placement.smallest_request_pages``: a
+reservation, or a prompt's pages and the watermark where pages come on demand), the
+scheduler admits with it (``serving.kv_pool``).
 
 A cluster's prefix cache keeps its blocks in the same pool (``serving.kv_pool`` says how a
 request's pages and the cached blocks relate): a block of ``block_tokens`` is
@@ -36,14 +37,22 @@ class PagedKV:
     slot_tokens: int
     extra_tokens: int = 0
     page_bytes: int = 0  # one device's bytes of one page (for the report)
-    # the stack's ``kv_allocation`` is ``on_demand``: a request takes its prompt's pages at
-    # admission and grows page by page (``serving.kv_pool.OnDemandPool``), an admission
-    # leaving ``watermark_pages`` free (the stack's ``kv_watermark`` of the pool, rounded down)
+    # the stack's ``kv_allocation`` is ``on_demand``: where the pool gives pages on demand
+    # (:meth:`gives_on_demand`) a request takes its prompt's pages at admission and grows page
+    # by page (``serving.kv_pool.OnDemandPool``), an admission leaving ``watermark_pages``
+    # free (the stack's ``kv_watermark`` of the pool, rounded down)
     on_demand: bool = False
     watermark_pages: int = 0
+    # tokens a sequence's cache grows at most a decode step: 1, or k + 1 a speculative round
+    step_tokens: int = 1
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)
+
+    def gives_on_demand(self, role: str = "mixed") -> bool:
+        """Whether this pool gives pages on demand on a server of ``role``
+        (:func:`gives_on_demand`)."""
+        return gives_on_demand(self.on_demand, role, self.step_tokens)
 
     def request_pages(self, prompt: int, output: int, role: str = "mixed") -> int:
         """Pages a request of ``prompt`` and ``output`` tokens reserves at admission on a
@@ -60,6 +69,16 @@ class PagedKV:
     def tokens(self) -> int:
         """Tokens the whole pool holds."""
         return self.pages * self.page_tokens
+
+
+def gives_on_demand(on_demand: bool, role: str, step_tokens: int) -> bool:
+    """Whether a paged pool gives pages on demand, the one rule (the scheduler's pool,
+    ``serving.kv_pool.kv_pool``; the run's refusals, ``serving.limits``; the batch ``auto``
+    sizes, ``compiler.placement``; the reports' preemptions): the stack's ``kv_allocation``
+    is ``on_demand``, on a server that prefills and decodes its own requests (``role``
+    mixed) ``step_tokens`` 1 a decode step. A disaggregated replica (its pages handed over
+    whole) and speculative rounds (a round's k + 1 tokens) reserve."""
+    return on_demand and role == "mixed" and step_tokens == 1
 
 
 def held_output(output: int, role: str) -> int:

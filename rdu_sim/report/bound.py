@@ -44,11 +44,12 @@ pipelined step's rest is its bubble, ``StepBound.bubble``, so it has none).
 So the step report also gives the step as parts that add up to it (:func:`step_parts`,
 ``rdu-sim step``'s ``parts``), each measured: the binding resource's time, ``idle`` the
 kernels' execution time it did not take, and what is serial beside it (the kernels'
-boundaries, the host's time on the step's path, a GPU's wait for its launches, a pipeline's
-other stages).
+boundaries, the host's time on the step's path and the logits' trip over the host link, a
+GPU's wait for its launches, a pipeline's other stages).
 
-A pipelined step's resource times are its first stage's devices' over every micro-batch; the
-rest of its step is mostly the pipeline's bubble (stages idle while it fills and drains,
+A pipelined step's resource times are its first stage's devices' over every micro-batch (so
+are its parts' execution and boundaries); the rest of its step is mostly the pipeline's
+bubble (stages idle while it fills and drains,
 ``engine.pipeline``), which ``StepBound.bubble`` carries for every report that names the
 bound (:func:`bubble_words`).
 """
@@ -62,6 +63,7 @@ from typing import Protocol
 from rdu_sim import human
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.hardware_file import Hardware
+from rdu_sim.engine.pipeline import stage_kernels
 from rdu_sim.engine.timing import StepTiming
 
 RESOURCES: dict[str, str] = {
@@ -394,34 +396,51 @@ PART_WORDS: dict[str, str] = {
     "launch": "the device waiting for the host's kernel launches",
     "pipeline": "the pipeline's other stages (its fill and drain)",
     "runtime": "the serving stack's host time on the step's path",
+    "host_link": RESOURCES["host_link"],
 }
 """Each part of :func:`step_parts` in words (the binding resource's own: :data:`RESOURCES`)."""
 
-SERIAL_BOUNDS = {"boundaries": "boundaries", "launch": "launch", "host": "runtime"}
-"""A bound that is a serial part of the step itself, by the part it is (the logits' trip,
-``host_link``, is part of the host's time on the step's path too)."""
+SERIAL_BOUNDS = {
+    "boundaries": "boundaries",
+    "launch": "launch",
+    "host": "runtime",
+    "host_link": "host_link",
+}
+"""A bound that is a serial part of the step itself, by the part it is."""
 
 
 def step_parts(timing: StepTiming, bound: StepBound) -> dict[str, float]:
     """The step's time as parts that add up to ``step_s``, each measured by the engine: the
-    host time the serving stack adds (``runtime``), the device's time before and between its
-    kernels beyond their own (``launch`` on a GPU, the host's launches it waited for;
-    ``pipeline`` for a pipeline, its other stages), the kernels' boundaries (launch and
-    sync) and their execution; the execution split into the binding resource's time and the
-    rest of it, ``idle`` (the kernels' execution time the binding resource did not take:
-    pipeline fill and drain inside each kernel, waits on other resources). A bound that is
-    itself a serial part (the boundaries, the launches, the host) is that part, named by
-    the resource, and the execution stays whole. Parts of zero are left out."""
-    kernels = sum(k.time_s for k in timing.kernels)
-    overheads = sum(k.overhead_s for k in timing.kernels)
-    gap = "pipeline" if timing.pipeline is not None else "launch"
+    logits' trip over the host link (``host_link``) and the rest of the host time the serving
+    stack adds (``runtime``), a pipeline's other stages (``pipeline``: its device time
+    beyond its first stage's over every micro-batch), the device's time before and between
+    its kernels beyond their own (``launch`` on a GPU, the host's launches it waited for),
+    the kernels' boundaries (launch and sync) and their execution; the execution split into
+    the binding resource's time and the rest of it, ``idle`` (the kernels' execution time
+    the binding resource did not take: pipeline fill and drain inside each kernel, waits on
+    other resources). A bound that is itself a serial part (the boundaries, the launches,
+    the host, the host link) is that part, named by the resource, and the execution stays
+    whole. A pipelined step's kernels are measured as its resource times are (module
+    docstring): its first stage's kernels over every micro-batch. Parts of zero are left
+    out."""
+    pipeline = timing.pipeline
+    if pipeline is None:
+        kernels, times, stage_s = timing.kernels, 1, timing.device_s
+    else:
+        times = int(pipeline["micro_batches"])
+        kernels, stage_s = stage_kernels(timing, 0), float(pipeline["stage_s"][0])
+    ran = sum(k.time_s for k in kernels) * times
+    overheads = sum(k.overhead_s for k in kernels) * times
+    device = stage_s * times
     parts = {
-        "runtime": timing.runtime_s,
-        gap: timing.device_s - kernels,
+        "runtime": timing.runtime_s - timing.host_transfer_s,
+        "host_link": timing.host_transfer_s,
+        "pipeline": timing.device_s - device,
+        "launch": device - ran,
         "boundaries": overheads,
-        "execution": kernels - overheads,
+        "execution": ran - overheads,
     }
-    whole = SERIAL_BOUNDS.get("host" if bound.bound == "host_link" else bound.bound)
+    whole = SERIAL_BOUNDS.get(bound.bound)
     if whole is not None:
         parts = {bound.bound if name == whole else name: t for name, t in parts.items()}
     else:

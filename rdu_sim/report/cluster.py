@@ -399,7 +399,9 @@ def _kv_pool(replicas: Sequence[Replica], pool: str) -> PoolKVPool | None:
         pages=kv.pages,
         peak_pages=max(c.kv_pages_peak for c in counts),
         peak_cached_pages=cached,
-        preemptions=sum(c.preemptions for c in counts) if kv.on_demand else None,
+        preemptions=sum(c.preemptions for c in counts)
+        if kv.gives_on_demand(servers[0].runtime.config.role)
+        else None,
     )
 
 

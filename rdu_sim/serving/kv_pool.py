@@ -335,15 +335,14 @@ def kv_pool(
     counts: StepCounts,
     role: str = "mixed",
     blocks: PoolBlocks | None = None,
-    token_steps: bool = True,
 ) -> SlotKV:
     """The scheduler's KV admission rule: a paged pool for ``kv`` (its use counted in
     ``counts``; a server of ``role``; sharing its pages with ``blocks``, a prefix cache),
-    else static slots. Pages on demand (``kv.on_demand``) only for a server that prefills
-    and decodes its own requests (``role`` mixed) one token a decode step
-    (``token_steps``): a disaggregated replica and speculative rounds reserve."""
+    else static slots. Pages on demand where ``kv`` gives them on a server of ``role``
+    (``kv.paged.gives_on_demand``: a mixed server decoding a token a step; a disaggregated
+    replica and speculative rounds reserve)."""
     if kv is None:
         return SlotKV()
-    if kv.on_demand and role == "mixed" and token_steps:
+    if kv.gives_on_demand(role):
         return OnDemandPool(kv, counts, blocks)
     return PagedPool(kv, counts, role, blocks)

@@ -279,7 +279,7 @@ def check_pool(
     # pages on demand: admitted on its prompt's pages, it would outgrow the pool
     reserve, reserves, never = (
         ("need", "needs", "finish")
-        if pool.on_demand and role == "mixed"
+        if pool.gives_on_demand(role)
         else ("reserve", "reserves", "be admitted")
     )
     refused = ConfigError.single(
@@ -304,13 +304,15 @@ def _check_readmission(
     outputs: NDArray[np.int64],
     role: str,
 ) -> None:
-    """Pages on demand (``kv_allocation: on_demand``, a mixed server): a request is admitted
-    only while its prompt's pages leave ``watermark_pages`` free, and one preempted after
-    ``g`` output tokens is readmitted with a prompt of ``P + g`` tokens (``g`` up to ``O - 1``):
-    a ConfigError at ``serving.max_context`` naming ``kv_watermark`` when the pages of
-    ``P + O - 1`` tokens and the watermark exceed the pool (such a request could pass the
-    reservation check and never be admitted)."""
-    if not pool.on_demand or role != "mixed":
+    """Pages on demand (``kv.paged.gives_on_demand``: ``kv_allocation: on_demand``, a mixed
+    server decoding a token a step): a request is admitted only while its prompt's pages
+    leave ``watermark_pages`` free, and one preempted after ``g`` output tokens is readmitted
+    with a prompt of ``P + g`` tokens (``g`` up to ``O - 1``): a ConfigError at
+    ``serving.max_context`` naming ``kv_watermark`` when the pages of ``P + O - 1`` tokens and
+    the watermark exceed the pool (such a request could pass the reservation check and never
+    be admitted). A pool that reserves (speculative rounds, a disaggregated replica) admits
+    on its reservation alone, which :func:`check_pool` checked."""
+    if not pool.gives_on_demand(role):
         return
     longest = {int(p + o - 1) for p, o in zip(prompts.tolist(), outputs.tolist(), strict=True)}
     need = {tokens: pool.request_pages(tokens, 0, role) for tokens in longest}

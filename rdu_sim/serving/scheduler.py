@@ -264,9 +264,8 @@ class Scheduler(Driven):
         self.drafting = policies.drafting
         self.slots = policies.rounds.slots(config.batch_slots)
         # an admission's KV memory (a paged pool shares its pages with ``blocks``, a prefix
-        # cache's: ``serving.kv_pool``); pages on demand for decode rounds that grow a
-        # slot a token a step
-        self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks, self.slots.most == 1)
+        # cache's: ``serving.kv_pool``); pages on demand where the pool gives them
+        self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks)
         # a pool that gives pages on demand: decode runs grow requests, and a decode step
         # that lacks pages preempts (``_make_room``)
         self._grower = self.kv if isinstance(self.kv, OnDemandPool) else None
