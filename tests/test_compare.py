@@ -983,3 +983,26 @@ def test_a_batch_its_kv_pool_cannot_hold_does_not_fit() -> None:
     held, over = (compare(WORKLOAD, [DGX], big, batch=b).columns[0] for b in (32, 64))
     assert held.fits and held.step_s and not held.warnings
     assert not over.fits and over.reason.endswith("(at most 55 such sequences at once)")
+
+
+def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() -> None:
+    """compare serves each system with its hardware's default stack: an error that stack
+    causes names the --hardware that gave it, not a ``--set stack`` nobody typed (the trial's
+    "(from --set parallelism.tp, --set stack)")."""
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            "deepseek-r1-128k-snapstream",
+            "--hardware",
+            "dgx-h100",
+            "--hardware",
+            "dgx-h200",
+            "--set",
+            "parallelism.tp=8",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    said = next(line for line in result.stdout.splitlines() if "does not fit" in line)
+    assert said.endswith("(from --set parallelism.tp, --hardware dgx-h100: its default stack)")
+    assert "--set stack" not in said

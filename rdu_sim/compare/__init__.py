@@ -400,11 +400,17 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> GivenOverrides:
     and served by that hardware's default stack unless a setting names one (``stack=``): a
     comparison of machines compares each as it is deployed. They keep where the shared ones
     were given (``config.overrides.source_of``)."""
-    merged = GivenOverrides({**shared, **side.settings}, source_of(shared))
+    source = source_of(shared)
+    merged = GivenOverrides({**shared, **side.settings}, source)
     hardware = side.settings.get("hardware")
     if hardware is not None:
         merged["hardware"] = str(checked_file(_hardware_file(str(hardware))).resolve())
-        merged.setdefault("stack", None)
+        if "stack" not in merged:  # an error it causes says so, not "(from --set stack)"
+            merged["stack"] = None
+            origins = dict(source.origins) if isinstance(source, SetSource) else {}
+            flag = origins.get("hardware", "hardware")
+            origins["stack"] = f"{flag} {hardware}: its default stack"
+            merged.source = SetSource(str(source), origins)
     return merged
 
 
