@@ -961,3 +961,48 @@ def test_a_system_that_cannot_take_the_workload_is_a_column_not_run(tmp_path: Pa
     bad = CliRunner().invoke(cli, [*args[:3], "sn40l-16", "--hardware", str(broken)])
     assert bad.exit_code == 2, bad.output
     assert "hbm.bandwidth" in bad.stderr and "Traceback" not in bad.output
+
+
+def test_a_batch_its_kv_pool_cannot_hold_does_not_fit() -> None:
+    """DeepSeek-R1 in FP8 on one DGX-H100 node leaves TensorRT-LLM's pool 61 pages of 64
+    tokens, not one 8,192-token sequence: ``--batch 64`` does not fit, by the rule that makes
+    ``rdu-sim step`` warn of the same step, in its words (the trial's compare said ``fits:
+    true``, no warning, "batch 64 of 10"); a batch the pool holds still runs."""
+    from rdu_sim.serving.backend import StepOverPoolWarning
+
+    given = {"model": "deepseek-r1", "dtypes.weights": "fp8"}
+    column = compare(WORKLOAD, [DGX], given, batch=64).columns[0]
+    assert not column.fits and column.step_s is None
+    assert column.reason.startswith("a decode step of 64 sequences of 8,192 cached tokens")
+    assert column.reason.endswith("the tensorrt-llm pool holds (not one such sequence)")
+    with pytest.warns(StepOverPoolWarning) as said:
+        api.step(WORKLOAD, {**given, "hardware": str(DGX)}, batch=64)
+    assert str(said[0].message) == f"{WORKLOAD}: {column.reason}"
+    # 405B's pool holds 55 such sequences: 32 run, 64 do not
+    big = {"model": "llama-3.1-405b", "dtypes.weights": "fp8"}
+    held, over = (compare(WORKLOAD, [DGX], big, batch=b).columns[0] for b in (32, 64))
+    assert held.fits and held.step_s and not held.warnings
+    assert not over.fits and over.reason.endswith("(at most 55 such sequences at once)")
+
+
+def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() -> None:
+    """compare serves each system with its hardware's default stack: an error that stack
+    causes names the --hardware that gave it, not a ``--set stack`` nobody typed (the trial's
+    "(from --set parallelism.tp, --set stack)")."""
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            "deepseek-r1-128k-snapstream",
+            "--hardware",
+            "dgx-h100",
+            "--hardware",
+            "dgx-h200",
+            "--set",
+            "parallelism.tp=8",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    said = next(line for line in result.stdout.splitlines() if "does not fit" in line)
+    assert said.endswith("(from --set parallelism.tp, --hardware dgx-h100: its default stack)")
+    assert "--set stack" not in said

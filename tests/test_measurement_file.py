@@ -112,6 +112,34 @@ def test_a_subnormal_measurement_is_refused(tmp_path: Path) -> None:
     assert "measured_s: e2e_s must be in [1e-06, 1e+06] s" in message, message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        # docs/calibration.md's worked example with its TPOT of 8.5 ms written in seconds:
+        # check said OK and calibrate fitted a host time at its bound to -99.8%
+        (",tpot_s,0.0085,", ",tpot_s,8.5,", "measured: tpot_s must be in [0.0001, 2] s, got 8.5"),
+        # a batch's latency of 1,024 tokens written in ms as seconds / 1000
+        (",e2e_s,3.5425630824450263,", ",e2e_s,0.0035,", "shorter than the 1,023 decode steps"),
+        # a throughput beyond 3,000 sequences making a token each 100 us
+        (",output_tokens_per_s,15220,", ",output_tokens_per_s,4e7,", "more than 3,000 sequences"),
+    ],
+)
+def test_a_measurement_in_another_unit_is_refused(
+    tmp_path: Path, old: str, new: str, words: str
+) -> None:
+    """A value its metric's plausible range (``deployment.TPOT_LOW``, ``TPOT_HIGH``) or its
+    row's own lengths and batch make implausible is refused naming file, line and column."""
+    doc = (REPO / "docs" / "calibration.md").read_text()
+    example = doc.split("<!-- worked example -->\n```csv\n", 1)[1].split("```", 1)[0]
+    assert old in example
+    read_points(_write(tmp_path, example, "good.csv"))  # the example as written reads
+    lines = example.splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if old in text)
+    message = _error(_write(tmp_path, example.replace(old, new)))
+    assert message.startswith(f"{tmp_path / 'm.csv'}:{line}: measured: "), message
+    assert words in message, message
+
+
 @pytest.mark.parametrize("where", ["label", "header"])
 def test_a_cell_longer_than_the_csv_limit_is_one_error(tmp_path: Path, where: str) -> None:
     """Issue 45, reproducer 2: a cell over 131,072 characters raised _csv.Error."""

@@ -50,7 +50,18 @@ CHECKS = {
         "assert shares and all(share > 0 for share in shares), shares\n"
         "plain = [row['launch share'] for row in levels\n"
         "         if row['system'] == 'dgx-h100' and row['CUDA graphs'] is False]\n"
-        "assert max(plain) > 0.1, plain  # a launch per kernel: half an unfused step"
+        "assert max(plain) > 0.1, plain  # a launch per kernel: half an unfused step\n"
+        # its words on what fits: a batch beyond SN40L's capacity fits with weights read
+        # from DDR; a GPU's never reads DDR, and its pool refuses what it cannot hold; a
+        # reason reads without the workload's path (the trial found 405B at batch 64 on
+        # sn40l-8 beside "fitting only when every weight is in HBM", DeepSeek-R1 at batch
+        # 64 on an H100 pool of 61 pages "fitting", and reasons led by an absolute path)
+        "over = frame[frame.fits & (frame.batch > frame['batch capacity'])]\n"
+        "assert len(over) and (over['DDR GiB/step'] > 0).all(), over\n"
+        "assert set(over.system) == {'sn40l-8'}, over\n"
+        "gpu = frame[(frame.system == 'dgx-h100') & (frame.model == 'deepseek-r1')]\n"
+        "assert list(gpu.fits) == [True, False, False, False], gpu\n"
+        "assert not frame.reason.str.startswith('/').any(), frame.reason"
     ),
     # what the prose says of its table: prefetched switches stall nothing, so the HBM size
     # leaves tokens/s as it was; fewer requests a turn as the experts grow

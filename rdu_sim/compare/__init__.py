@@ -15,18 +15,19 @@ what a run's ``prefill_s`` times; a compressing policy's prompts past its budget
 too, at their median, with their share of the requests, ``long_prompts``; the
 target's alone: a draft's part is not compared, and the lines say so of each column with a
 draft, and of a varied field compare does not time, ``why.not_compared``). A Composition of
-Experts' column times one expert as its run does (``_coe_expert``: the batch capacity of
-the CoE memory plan, not its turns, switches or router, which the lines say). A
-system the model does not fit (weights, KV cache and activations beyond its memory) is a
-column saying so, with the compiler's reason, not an error; so is a system that refuses the
-workload by a rule across the files (``CombinationError``: ``tp=16`` on an 8-GPU system)
-while another system runs it, a column not run (``unsupported``) with the rule's sentence;
-and so is a combination of varied values the workload refuses while each value runs in
-another combination (``dp_attention=16`` with ``ep=64``), with the refusal's reason. A value
-no combination accepts, a hardware file wrong in itself, or a workload every variant refuses
-is an error, one line, before anything is simulated; a comparison no column of which ran
-(the model fits none) is returned as it is, and ``nothing_runs`` gives the error the CLI
-exits 2 with.
+Experts' column times one expert as its run does (``_coe_expert``: the batch capacity of the
+CoE memory plan, not its turns, switches or router, which the lines say). A system the model
+does not fit (weights, KV cache and activations beyond its memory, or a ``batch`` of
+sequences more than a paged stack's KV pool holds: ``rdu-sim step``'s warning,
+``serving.backend.over_pool_words``) is a column saying so, with the reason, not an error;
+so is a system that refuses the workload by a rule across the files (``CombinationError``:
+``tp=16`` on an 8-GPU system) while another system runs it, a column not run
+(``unsupported``) with the rule's sentence; and so is a combination of varied values the
+workload refuses while each value runs in another combination (``dp_attention=16`` with
+``ep=64``), with the refusal's reason. A value no combination accepts, a hardware file wrong
+in itself, or a workload every variant refuses is an error, one line, before anything is
+simulated; a comparison no column of which ran (the model fits none) is returned as it is,
+and ``nothing_runs`` gives the error the CLI exits 2 with.
 
 Each column names the serving stack it ran under and reports the step time, decode-step
 tokens/s per user (one token per step) and in total (the batch's tokens per step, for one
@@ -79,7 +80,7 @@ from rdu_sim.input_errors import InputError
 from rdu_sim.report.bound import step_bound
 from rdu_sim.report.energy import machine_watts
 from rdu_sim.scenario import Scenario
-from rdu_sim.serving.backend import step_batch
+from rdu_sim.serving.backend import over_pool_words, step_batch
 from rdu_sim.serving.coe import (
     coe_capacity,
     expert_step_scenario,
@@ -399,11 +400,17 @@ def _with_settings(shared: Mapping[str, Any], side: Variant) -> GivenOverrides:
     and served by that hardware's default stack unless a setting names one (``stack=``): a
     comparison of machines compares each as it is deployed. They keep where the shared ones
     were given (``config.overrides.source_of``)."""
-    merged = GivenOverrides({**shared, **side.settings}, source_of(shared))
+    source = source_of(shared)
+    merged = GivenOverrides({**shared, **side.settings}, source)
     hardware = side.settings.get("hardware")
     if hardware is not None:
         merged["hardware"] = str(checked_file(_hardware_file(str(hardware))).resolve())
-        merged.setdefault("stack", None)
+        if "stack" not in merged:  # an error it causes says so, not "(from --set stack)"
+            merged["stack"] = None
+            origins = dict(source.origins) if isinstance(source, SetSource) else {}
+            flag = origins.get("hardware", "hardware")
+            origins["stack"] = f"{flag} {hardware}: its default stack"
+            merged.source = SetSource(str(source), origins)
     return merged
 
 
@@ -492,6 +499,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
             capacity = backend.batch_capacity(scenario)
             # a paged stack's default: the sequences of this context its KV pool holds
             slots = batch if batch is not None else step_batch(scenario, backend, context)
+            # a batch its KV pool cannot hold does not fit (step's warning, the same rule)
+            over = None if batch is None else over_pool_words(scenario, backend, batch, context)
+            if over is not None:
+                return replace(base, reason=over)
         else:
             timed, capacity, slots = _coe_expert(scenario, batch)
         decode = default_step_shape(timed, "decode", batch=slots, context=context)

@@ -56,7 +56,7 @@ from rdu_sim.compiler.program import (
     TierUsage,
 )
 from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate
-from rdu_sim.compiler.stages import PipelineStage
+from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
@@ -1317,9 +1317,29 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
         if memory.weights == "hbm"
         else f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
     )
+    read = weights_read_from_ddr(scenario, placement)
     return [
         f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
-        f"{human.size(held, 4)} of weights instead of {share}: "
-        f"{human.size(wanted - held, 4)} more per socket are read from DDR every step "
+        f"{human.size(held, 4)} of weights instead of {share}: the other "
+        f"{human.size(wanted - held, 4)} per socket sit in DDR, and a decode step of "
+        f"{placement.batch_slots} slots reads {human.size(read, 4)} of them from there "
         "(lower serving.batch_slots or set it to auto)"
     ]
+
+
+def weights_read_from_ddr(scenario: Scenario, placement: Placement) -> float:
+    """The weight bytes a decode step of ``placement``'s batch reads from DDR per socket:
+    each weight's reads in that step (``weight_inventory``: a dense weight whole, the
+    embedding table only its tokens' rows, the routed experts those touched) times the share
+    of it in DDR (``hbm_fractions``), the rule the compiled step's reads follow
+    (``compile._hbm_share``), so the warning says what ``compare`` and ``step`` report."""
+    stage = (
+        None
+        if placement.pipeline_stage < 0
+        else pipeline_stages(scenario.model, scenario.workload.parallelism.pp)[
+            placement.pipeline_stage
+        ]
+    )
+    fractions = hbm_fractions(placement)
+    inventory = weight_inventory(scenario, placement.batch_slots, stage=stage)
+    return sum(w.reads * (1.0 - fractions.get(w.key, 1.0)) for w in inventory)

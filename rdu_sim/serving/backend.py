@@ -177,24 +177,34 @@ def step_batch_note(scenario: Scenario, backend: Backend, context: int | None = 
     )
 
 
-def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: int | None) -> None:
-    """Warn when a decode step of ``batch`` sequences of ``context`` tokens (default: the
-    longest the KV policy keeps) needs more of a paged stack's KV pool than it holds
-    (``StepOverPoolWarning``; the pool as planned at that batch)."""
+def over_pool_words(
+    scenario: Scenario, backend: Backend, batch: int, context: int | None
+) -> str | None:
+    """Why a decode step of ``batch`` sequences of ``context`` tokens (default: the longest
+    the KV policy keeps) cannot run on a paged stack: it needs more of the KV pool (as
+    planned at that batch) than the pool holds, in one sentence; None when it fits or the
+    stack is not paged. One rule for ``rdu-sim step``'s warning (:func:`warn_over_pool`)
+    and ``compare``'s refusal of a ``--batch`` its memory does not hold."""
     pool = backend.plan_memory(scenario, batch).kv_pool
     if pool is None:
-        return
+        return None
     tokens = decode_cache(scenario, context).context
     each = pool.request_pages(tokens, 1)
-    if batch * each > pool.pages:
-        most = pool.pages // each
-        held = f"at most {most:,} such sequences at once" if most else "not one such sequence"
-        warn(
-            StepOverPoolWarning(
-                f"{scenario.workload_file}: a decode step of "
-                f"{human.count(batch, 'sequence')} of "
-                f"{tokens:,} cached tokens needs {batch * each:,} KV pages of "
-                f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
-                f"{scenario.stack.name} pool holds ({held})"
-            )
-        )
+    if batch * each <= pool.pages:
+        return None
+    most = pool.pages // each
+    held = f"at most {most:,} such sequences at once" if most else "not one such sequence"
+    return (
+        f"a decode step of {human.count(batch, 'sequence')} of "
+        f"{tokens:,} cached tokens needs {batch * each:,} KV pages of "
+        f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
+        f"{scenario.stack.name} pool holds ({held})"
+    )
+
+
+def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: int | None) -> None:
+    """Warn when a decode step of ``batch`` sequences needs more of a paged stack's KV pool
+    than it holds (``StepOverPoolWarning``, :func:`over_pool_words`)."""
+    words = over_pool_words(scenario, backend, batch, context)
+    if words is not None:
+        warn(StepOverPoolWarning(f"{scenario.workload_file}: {words}"))

@@ -63,6 +63,17 @@ def _output_rate(summary: RunSummary) -> float | None:
     return summary.output_tokens / span if span else None
 
 
+TPOT_LOW, TPOT_HIGH = 1e-4, 2.0
+"""The plausible time per output token (s) of a served LLM, bounds on a measurement of it.
+A decode step launches a model's kernels and reads its weights: no deployment of a
+transformer serves a token in under 100 us (a 1B-parameter model's BF16 weights alone take
+0.6 ms at 3.35 TB/s). 2 s a token (0.5 tokens/s a user) is beyond any deployment the
+project models; above it a value is taken for milliseconds written as seconds (a TPOT of
+8.5 ms written 8.5), which a fit would otherwise chase to its parameters' bounds. The other
+metrics are checked against these too, through the row's own lengths and batch
+(``measurement_file``: a batch's latency holds its decode steps; a throughput, at most every
+sequence's token a step)."""
+
 METRICS: dict[str, Metric] = {
     metric.name: metric
     for metric in (
@@ -89,8 +100,8 @@ METRICS: dict[str, Metric] = {
             "the mean over requests of the time per output token after the first: "
             "(last token - first token) / (output_tokens - 1)",
             lambda s: _mean(s.tpot_s),
-            1e-7,
-            1e3,
+            TPOT_LOW,
+            TPOT_HIGH,
         ),
         Metric(
             "output_tokens_per_s",

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, get_args
 from rdu_sim.config.dtypes import ValueDtype, WeightDtype
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.yaml_io import read_text_file
-from rdu_sim.validate.deployment import AUTO, METRICS, MeasuredPoint
+from rdu_sim.validate.deployment import AUTO, METRICS, TPOT_LOW, MeasuredPoint
 
 if TYPE_CHECKING:
     from rdu_sim.validate.deployment_suite import Row
@@ -224,7 +224,32 @@ def _point(row: dict[str, str], value_column: str, where: str) -> MeasuredPoint:
     for column in ("hardware", "model"):
         if not getattr(point, column):
             raise ConfigError.single(where, column, "is empty")
+    _plausible(point, value_column, where)
     return point
+
+
+def _plausible(point: MeasuredPoint, column: str, where: str) -> None:
+    """Refuse a measured latency or throughput its row's own lengths and batch make
+    implausible (``deployment.TPOT_LOW``): a batch's latency shorter than its decode steps
+    after the first token take at the least, or a throughput beyond every sequence of the
+    batch (a full-load row's requests) making a token each such step: a unit mistake."""
+    steps = point.output_tokens - 1
+    if point.metric == "e2e_s" and point.measured < steps * TPOT_LOW:
+        raise ConfigError.single(
+            where,
+            column,
+            f"e2e_s {point.measured:g} s is shorter than the {steps:,} decode steps after the "
+            f"first token take at the least ({TPOT_LOW:g} s each): a value in another unit?",
+        )
+    sequences = point.batch or point.requests
+    if point.metric == "output_tokens_per_s" and point.measured > sequences / TPOT_LOW:
+        raise ConfigError.single(
+            where,
+            column,
+            f"output_tokens_per_s {point.measured:g} is more than {sequences:,} sequences "
+            f"make at a token each {TPOT_LOW:g} s ({sequences / TPOT_LOW:g} tokens/s): a value "
+            "in another unit?",
+        )
 
 
 MARKS = ("metric", *MEASURED, "hardware", "tp", "stack")
