@@ -38,7 +38,7 @@ NOT_STRUCTURAL = frozenset({"power", "cost"})
 """A hardware file's sections whose defaults move no simulated time (energy and price)."""
 
 DIGITS = 4
-"""Significant digits of a value shown (``33.53 GB/s``, ``1.646 ms``: as the files write
+"""Significant digits of a value shown (``33.53 GB/s``, ``1.732 ms``: as the files write
 them)."""
 
 
