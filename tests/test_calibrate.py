@@ -168,13 +168,38 @@ def test_each_progress_line_names_and_shows_the_objective_the_fit_minimizes(
     (one,) = seen
     assert one.objective == pytest.approx(float((residuals**2).sum()), rel=1e-12)
     assert one.targets == len(problem.train) == len(residuals)
-    line = progress_line(one, ["serial_per_step"], ["s"])
+    line = progress_line(one, problem.parameters)
+    assert line.startswith(f"evaluation 1: {problem.parameters[0].name}=200 us: fit objective")
     assert f": fit objective {one.objective:.4g} (sum over {one.targets} targets of " in line
     assert "(log error / log(1 + tolerance))^2, what the fit minimizes; median |error| " in line
     seen.clear()
     result = calibration.fit(30)
     best = min(seen, key=lambda e: e.objective)
     assert best.values[0] == pytest.approx(result.values[0], rel=0.01)
+
+
+def test_a_progress_line_says_a_value_at_a_bound_as_the_fitted_value_is_said(
+    tmp_path: Path,
+) -> None:
+    """The bounded solver tries values a hair above a bound of 0: the progress lines showed
+    them as ``6.174e-07 ns``; they say the bound, as the fitted value's line does (closer
+    than ``SLOPE_STEP`` of the span the fit cannot tell them apart), and every other value
+    in the parameter's unit."""
+    from rdu_sim.cli.calibrate_cmd import progress_line
+    from rdu_sim.validate.calibrate import Evaluation
+
+    path = _measured(tmp_path, TRUTH)
+    problem = _problem([path], ["stack.host.serial_per_step=0:1ms"])
+    seen: list[Evaluation] = []
+    calibration = Calibration(problem, EvaluationCache(None), progress=seen.append)
+    calibration.residuals((6.174e-16,))
+    calibration.residuals(((1 - 1e-9) * 1e-3,))
+    calibration.residuals((3.5e-6,))
+    low, high, inside = (progress_line(one, problem.parameters) for one in seen)
+    name = problem.parameters[0].name
+    assert f"{name}=0 (at its low bound): fit objective" in low and "e-" not in low
+    assert f"{name}=1 ms (at its high bound): fit objective" in high
+    assert f"{name}=3.5 us: fit objective" in inside
 
 
 def test_a_value_fitted_at_its_bound_is_that_bound_exactly(tmp_path: Path) -> None:

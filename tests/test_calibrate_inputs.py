@@ -374,7 +374,7 @@ def test_calibrate_names_every_bad_row_as_validate_does(tmp_path: Path) -> None:
     [
         ("sn40l,llama-3.2-1b,1,auto,1000000,1048576,1048576,output_tokens_per_s,100", "exceeds"),
         ("sn40l,llama-3.2-1b,1,auto,1000000,16,16,output_tokens_per_s,100", "serving.max_work"),
-        ("sn40l,llama-3.2-1b,1,65536,1000000,16,16,output_tokens_per_s,100", "KV cache of 65536"),
+        ("sn40l,llama-3.2-1b,1,65536,1000000,16,16,output_tokens_per_s,100", "KV cache of 65,536"),
     ],
 )
 def test_absurd_rows_end_in_one_error_naming_the_row_at_once(

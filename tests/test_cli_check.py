@@ -305,5 +305,5 @@ def test_check_refuses_a_workload_its_run_refuses_for_memory(
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
     first = ran.stderr.splitlines()[0]
-    assert first.startswith(f"error: {workload}:{line}: {field}: the KV cache of 4096 slots")
+    assert first.startswith(f"error: {workload}:{line}: {field}: the KV cache of 4,096 slots")
     assert checked.stderr.splitlines() == [first, "error: 1 of 1 file(s) failed the check"]

@@ -247,6 +247,21 @@ def test_the_capacity_words_say_what_memory_holds_what_the_stack_runs_and_which_
     assert "program" not in over
 
 
+def test_the_capacity_words_separate_thousands() -> None:
+    """Counts in the capacity words read as every other count does (`human.count`): a paged
+    pool on an H200 holds thousands of requests, ``4,436``, of which 'auto' picks ``2,048``
+    (a field's own value, ``max_batch_slots: 2048``, reads as its file writes it)."""
+    scenario = load_scenario(
+        "workloads/llama3.1-70b-decode.yaml", overrides={"hardware": "dgx-h200"}
+    )
+    holds = batch_capacity(scenario, runnable=False)
+    runs = batch_capacity(scenario)
+    said = capacity_words(scenario, holds, runs, 32)
+    assert holds > 1000 and f"at most {holds:,} fit in the KV pool" in said
+    assert f"'auto' would pick {runs:,}, the most" in said
+    assert f"(its max_batch_slots: {scenario.stack.max_batch_slots})" in said
+
+
 def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None:
     """An explicit batch above what fits beside the weights is a what-if that runs: the
     words say where the extra slots' KV cache is, and that is where the memory plan put it.

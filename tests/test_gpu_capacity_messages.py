@@ -181,7 +181,7 @@ def test_a_page_longer_than_a_sequence_is_blamed_not_the_hardware(l8: Path) -> N
     page = ("--set", "dtypes.kv=bf16", "--set", "stack.kv_page_tokens=1048576")
     said = _error("run", l8, "--set", "hardware=dgx-h100", *page)
     assert said.startswith(f"error: {l8}: stack.kv_page_tokens: cannot fit even one sequence")
-    assert "the smallest request reserves 1 page of 1048576 tokens (128 GiB)" in said
+    assert "the smallest request reserves 1 page of 1,048,576 tokens (128 GiB)" in said
     assert "lower stack.kv_page_tokens (now 1048576: a page longer than a sequence)" in said
     assert "max_context (now" not in said and "one slot's" not in said
     assert "store the KV cache in fp8 (dtypes.kv, now bf16)" in said  # a smaller page

@@ -21,6 +21,7 @@ from rdu_sim.validate.measurement_file import (
     MAX_CELL_CHARS,
     OPTIONAL,
     REQUIRED,
+    is_measurement_file,
     read_points,
     shipped_files,
 )
@@ -147,6 +148,26 @@ def test_a_cell_longer_than_the_csv_limit_is_one_error(tmp_path: Path, where: st
     text = f"{HEADER},label\n{ROW},{huge}\n" if where == "label" else f"{HEADER},{huge}\n{ROW},a\n"
     message = _error(_write(tmp_path, text))
     assert f"longer than {MAX_CELL_CHARS * 32} characters" in message, message
+
+
+@pytest.mark.parametrize(("sep", "name"), [(";", "semicolons"), ("\t", "tabs")])
+def test_a_sheet_saved_with_another_separator_is_told_to_use_commas(
+    tmp_path: Path, sep: str, name: str
+) -> None:
+    """A spreadsheet saved with semicolons (a locale's CSV) or tabs read as one column:
+    "unknown column(s) ['hardware;model;...']", no hint why (and `check` took it for a
+    request trace). The header of one column holding the separator says the file must be
+    comma-separated, at its line."""
+    text = f"{HEADER.replace(',', sep)}\n{ROW.replace(',', sep)}\n"
+    path = _write(tmp_path, text)
+    message = _error(path)
+    assert message.startswith(f"{path}:1: ") and "unknown column" not in message
+    assert f"its names separated by {name}: a measurement file is comma-separated" in message
+    assert f"(its header would read {HEADER!r}; save the sheet as CSV with commas)" in message
+    # `check` tells it from a request trace by its header, as it does a comma-separated one
+    assert is_measurement_file(path)
+    # one column that is a known name (a file of nothing but hardware) keeps its own error
+    assert "header lacks column(s)" in _error(_write(tmp_path, "hardware\nsn40l\n"))
 
 
 def test_unknown_columns_and_files_that_are_not_csv(tmp_path: Path) -> None:

@@ -65,9 +65,9 @@ def test_every_command_names_the_flag(command: list[str]) -> None:
 
 def test_a_step_batch_beyond_the_workloads_slots_is_the_option() -> None:
     said = _said("step", str(LLAMA), "--batch", "1000")
-    assert said.startswith(f"error: {LLAMA}: --batch: the KV cache of 1000 slots")
+    assert said.startswith(f"error: {LLAMA}: --batch: the KV cache of 1,000 slots")
     said = _said("inspect", "graph", str(LLAMA), "--batch", "1000")
-    assert said.startswith(f"error: {LLAMA}: --batch: the KV cache of 1000 slots")
+    assert said.startswith(f"error: {LLAMA}: --batch: the KV cache of 1,000 slots")
 
 
 def test_the_api_step_names_the_override() -> None:

@@ -16,6 +16,8 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.workload import KVConfig
 from rdu_sim.kv import make_policy
 from rdu_sim.kv.paged import PagedKV, reserved_pages
+from rdu_sim.report.console import serving_table
+from rdu_sim.report.terminal import wide_console
 from rdu_sim.scenario import load_scenario
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet
@@ -168,6 +170,25 @@ def test_static_stacks_keep_their_slots() -> None:
     assert summary.kv_pool is None and "kv_pool" not in summary.to_dict()
     assert result.placement.kv_pool is None
     assert summary.kv_bytes_per_slot * summary.batch_slots == summary.memory["hbm"].kv_bytes
+
+
+def test_the_console_names_a_paged_stacks_per_slot_kv_the_pools_share(l8: Path) -> None:
+    """On a paged stack ``kv_bytes_per_slot`` is the pool over the slots (16 slots share
+    thousands of pages, of which a request here takes 4), not any sequence's own KV cache:
+    the console row says "KV pool per slot"; static slots keep "KV cache per slot"."""
+
+    def row(workload: str | Path, overrides: dict[str, object]) -> str:
+        summary = api.run(workload, {"serving.requests": 16, **overrides}).summary()
+        console = wide_console()
+        with console.capture() as out:
+            console.print(serving_table(summary))
+        first = next(line for line in out.get().splitlines() if "per slot" in line)
+        return " ".join(first.replace("│", " ").split())
+
+    paged = row(l8, {"serving.batch_slots": 16})
+    assert paged.startswith("KV pool per slot (per GPU) ") and "KV cache" not in paged
+    static = row("llama3.1-8b-1socket", {"serving.max_context": 4096})
+    assert static.startswith("KV cache per slot (per socket) ")
 
 
 @pytest.mark.parametrize("stack", ["tensorrt-llm", "vllm-2024"])

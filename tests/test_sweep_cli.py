@@ -211,6 +211,25 @@ def test_an_export_holds_the_specs_metrics_whatever_else_the_database_holds(
     assert [k for row in exported for k, v in row.items() if v == ""] == ["error"] * 4
 
 
+def test_the_table_says_a_point_that_does_not_fit_as_check_does(tmp_path: Path) -> None:
+    """A point whose memory plan the run refuses read ``failed: SlotsCapacityError...`` in
+    the sweep's table (its class name, then the workload's path, cut at the first word);
+    it says ``does not fit``, as a dry run and `check` do, and the sentence from its field
+    on. The database keeps the whole error."""
+    body = "set: {serving.requests: 2}\naxes: {serving.batch_slots: [2, 100000]}\n"
+    spec = write_spec(tmp_path, body + "metrics: [decode_tokens_per_s]\n")
+    db = tmp_path / "fit.sqlite"
+    result = sweep(spec, "--workers", "1", "--db", db)
+    assert result.exit_code == 1, result.output
+    (row,) = [line for line in result.stdout.splitlines() if line.strip().startswith("100000")]
+    cell = row.split(" -   ", 1)[1].strip()  # after the missing metric
+    assert cell.startswith("does not fit: serving.batch_slots: the KV cache of 100,000 slots")
+    assert cell.endswith("...") and "CapacityError" not in result.stdout
+    with sqlite3.connect(db) as conn:
+        (error,) = conn.execute("SELECT error FROM results WHERE status = 'failed'").fetchone()
+    assert error.startswith(f"SlotsCapacityError: {BASE}: serving.batch_slots: the KV cache")
+
+
 def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

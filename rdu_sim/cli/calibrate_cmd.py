@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from rdu_sim.validate.calibration_problem import Inputs, Problem
     from rdu_sim.validate.deployment import ErrorSummary
     from rdu_sim.validate.fit_result import FitResult, GroupStop
+    from rdu_sim.validate.scope import Scoped
 
 FIT_FILE = "fit.json"
 CACHE_FILE = "evaluations.jsonl"
@@ -133,16 +134,17 @@ def _summary_lines(result: FitResult, reaching: Collection[int] | None = None) -
     return lines
 
 
-def progress_line(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> str:
-    """One evaluation's line: the values tried, the objective the fit minimizes (named, with
-    its value: the sum over the targets read of (log error / log(1 + tolerance))^2), and
-    the median |error| of those targets beside it, which the fit does not minimize (an
-    evaluation with a lower median may have a higher sum: the fit keeps the lower sum)."""
-    from rdu_sim.validate.scope import quantity_text
+def progress_line(evaluation: Evaluation, parameters: Sequence[Scoped]) -> str:
+    """One evaluation's line: the values tried (as the fitted values are said:
+    ``fit_result.tried_text``), the objective the fit minimizes (named, with its value: the
+    sum over the targets read of (log error / log(1 + tolerance))^2), and the median |error|
+    of those targets beside it, which the fit does not minimize (an evaluation with a lower
+    median may have a higher sum: the fit keeps the lower sum)."""
+    from rdu_sim.validate.fit_result import tried_text
 
     shown = ", ".join(
-        f"{name}={quantity_text(value, unit)}"
-        for name, value, unit in zip(names, evaluation.values, units, strict=True)
+        f"{one.name}={tried_text(one.parameter, value)}"
+        for one, value in zip(parameters, evaluation.values, strict=True)
     )
     targets = human.count(evaluation.targets, "target")
     return (
@@ -154,9 +156,9 @@ def progress_line(evaluation: Evaluation, names: Sequence[str], units: Sequence[
     )
 
 
-def _progress(evaluation: Evaluation, names: Sequence[str], units: Sequence[str]) -> None:
+def _progress(evaluation: Evaluation, parameters: Sequence[Scoped]) -> None:
     # (a full or closed stderr loses the line, not the fit)
-    print(progress_line(evaluation, names, units), file=STDERR)
+    print(progress_line(evaluation, parameters), file=STDERR)
 
 
 def _overlay_paths(problem: Problem, folder: Path) -> dict[tuple[str, str], Path]:
@@ -577,13 +579,11 @@ def command(
     )
     ready = _prepare(asked, out, cache)
     problem, inputs, cache_path = ready.problem, ready.inputs, ready.cache
-    names = [one.name for one in problem.parameters]
-    units = [one.parameter.unit for one in problem.parameters]
     calibration = Calibration(
         problem,
         EvaluationCache(cache_path),
         workers=workers,
-        progress=lambda e: _progress(e, names, units),
+        progress=lambda e: _progress(e, problem.parameters),
     )
     try:
         result = calibration.fit(ready.max_evaluations)

@@ -719,7 +719,7 @@ def plan_memory(
         )
         where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
         raise SlotsCapacityError.of(
-            f"the KV cache of {batch_slots} slots ({human.size(kv, 4)}: "
+            f"the KV cache of {human.count(batch_slots, 'slot')} ({human.size(kv, 4)}: "
             f"{slot_words(scenario)}) and activations ({human.size(act, 4)}), which must be "
             f"in HBM, need {human.size(act + kv, 4)} per {device_noun(scenario.hardware)}, "
             f"more than its whole HBM ({human.size(hbm_cap, 4)}) even without the weights "
@@ -746,8 +746,8 @@ def plan_memory(
                 f"the draft's weights ({scenario.draft and scenario.draft.model.name}) do not "
                 f"fit in the {human.size(room, 4)} of HBM per "
                 f"{device_noun(scenario.hardware)} the KV cache and "
-                f"activations of {batch_slots} slots leave: lower serving.batch_slots or "
-                "use speculation.placement separate"
+                f"activations of {human.count(batch_slots, 'slot')} leave: lower "
+                "serving.batch_slots or use speculation.placement separate"
             )
         tensors.append(TensorPlacement(weight.key, "weights", "hbm", weight.bytes))
         in_hbm += weight.bytes
@@ -763,7 +763,7 @@ def plan_memory(
             in_ddr += weight.bytes - here
     if in_ddr > ddr_cap:
         total = in_hbm + in_ddr
-        beside = f"beside the KV cache of {batch_slots} slots and activations"
+        beside = f"beside the KV cache of {human.count(batch_slots, 'slot')} and activations"
         rest = (
             f"{beside}, and a GPU has no DDR, so the other {human.size(in_ddr, 4)} do not fit"
             if gpu
@@ -785,7 +785,7 @@ def plan_memory(
         raise SlotsCapacityError(
             f"the stack's KV pool has not one page ({pool.page_tokens} tokens, "
             f"{human.size(pool.page_bytes, 4)} per {device_noun(scenario.hardware)}) beside "
-            f"the weights and the activations of {batch_slots} slots "
+            f"the weights and the activations of {human.count(batch_slots, 'slot')} "
             f"({human.size(act, 4)}){scenario.stack.kv_share_words()}; "
             f"{_join(shrink_hints(scenario, kv=False, weights=True, slots=batch_slots))}"
         )
@@ -869,35 +869,35 @@ def capacity_words(
         least = smallest_request_pages(scenario)
         beside = (
             f"in the KV pool beside the weights{stack.kv_share_words()} at the workload's "
-            f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens} tokens; "
+            f"smallest request ({human.count(least, 'page')} of {stack.kv_page_tokens:,} tokens; "
             f"{admission_words(scenario)})"
         )
     whole = whole_queries_words(scenario, holds, stage, system)
     if not holds:
         fit = f"not even one fits {beside}"
     elif holds == runs:
-        fit = f"at most {holds} fit {beside}; {picks} that{whole}"
+        fit = f"at most {holds:,} fit {beside}; {picks} that{whole}"
     elif runs < stack.runnable_batch(holds):  # `_whole_queries_batch`
         them = whole.replace(WHOLE_QUERY_WEIGHTS, "them", 1)
         most = _whole_slots(scenario, stage)
         runs_words = "" if runs == most else f" (its {_limit_words(scenario, most)})"
         fit = (
-            f"at most {holds} fit {beside}; {picks} {runs}, the most the stack runs beside "
+            f"at most {holds:,} fit {beside}; {picks} {runs:,}, the most the stack runs beside "
             f"{WHOLE_QUERY_WEIGHTS}{runs_words}{them}"
             if whole
-            else f"at most {holds} fit {beside}; {picks} {runs}, the most beside "
+            else f"at most {holds:,} fit {beside}; {picks} {runs:,}, the most beside "
             f"{WHOLE_QUERY_WEIGHTS}, so that its decode steps make every head's queries "
             "instead of gathering them"
         )
     else:
         fit = (
-            f"at most {holds} fit {beside}; {picks} {runs}, the most of them the stack runs "
+            f"at most {holds:,} fit {beside}; {picks} {runs:,}, the most of them the stack runs "
             f"(its {_limit_words(scenario, holds)}){whole}"
         )
     if not explicit or slots is None:
         return fit
     return (
-        f"serving.batch_slots sets {slots}; {fit}"
+        f"serving.batch_slots sets {slots:,}; {fit}"
         f"{_beyond_words(scenario, holds, slots)}{_unrunnable_words(scenario, slots)}"
     )
 
@@ -931,12 +931,12 @@ def whole_queries_words(
     held = _decode_estimate(scenario, whole, stage, links, whole=True).time_s
     gathered = _decode_estimate(scenario, whole + 1, stage, links, whole=False).time_s
     return (
-        f"; {whole} fit beside {WHOLE_QUERY_WEIGHTS} ({' and '.join(names)} on every "
+        f"; {whole:,} fit beside {WHOLE_QUERY_WEIGHTS} ({' and '.join(names)} on every "
         f"{device_noun(scenario.hardware)}: {human.size(extra, 3)} of replicas), whose decode "
-        f"steps make every head's queries; from {whole + 1} the plan holds their slices and "
+        f"steps make every head's queries; from {whole + 1:,} the plan holds their slices and "
         f"gathers the queries, a decode step {human.ratio(gathered / held, 2)} as long (the "
-        f"compiler's estimate: {human.duration(gathered)} at {whole + 1} slots, "
-        f"{human.duration(held)} at {whole})"
+        f"compiler's estimate: {human.duration(gathered)} at {whole + 1:,} slots, "
+        f"{human.duration(held)} at {whole:,})"
     )
 
 
@@ -955,15 +955,15 @@ def coe_capacity_words(scenario: Scenario, holds: int, runs: int, slots: int | N
     ``holds`` counts the slots that leave the region one expert (``coe_room``), and more
     are refused, not spilled; it names its slots (``auto`` is refused at load)."""
     fit = (
-        f"at most {holds} fit beside the router's weights{scenario.stack.kv_share_words()} "
+        f"at most {holds:,} fit beside the router's weights{scenario.stack.kv_share_words()} "
         "with room left for one expert in the HBM region (a Composition of Experts names its "
         "slots: no 'auto')"
     )
     if runs < holds:
-        fit += f"; the stack runs at most {runs} of them (its {_limit_words(scenario, holds)})"
+        fit += f"; the stack runs at most {runs:,} of them (its {_limit_words(scenario, holds)})"
     if slots is None:
         return fit
-    return f"serving.batch_slots sets {slots}; {fit}{_unrunnable_words(scenario, slots)}"
+    return f"serving.batch_slots sets {slots:,}; {fit}{_unrunnable_words(scenario, slots)}"
 
 
 def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
@@ -1001,11 +1001,11 @@ def _unrunnable_words(scenario: Scenario, slots: int) -> str:
         return ""
     if stack.batch_limit(slots) == "max_batch_slots":
         return (
-            f"; the stack batches at most {stack.max_batch_slots} (its max_batch_slots), so "
-            f"it runs {slots} as if its max_batch_slots were {slots}"
+            f"; the stack batches at most {stack.max_batch_slots:,} (its max_batch_slots), so "
+            f"it runs {slots:,} as if its max_batch_slots were {slots:,}"
         )
     return (
-        f"; the stack has no {slots}-slot program, so it runs {slots} as if one were compiled "
+        f"; the stack has no {slots:,}-slot program, so it runs {slots:,} as if one were compiled "
         "for it"
     )
 
@@ -1181,7 +1181,7 @@ def batch_capacity(
                 f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
                 f"and a step's activations "
                 f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                f"{max_prompt_tokens(scenario)}-token prompt)"
+                f"{max_prompt_tokens(scenario):,}-token prompt)"
             )
             sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
             raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
@@ -1202,7 +1202,7 @@ def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:
     return (
         f"the smallest request {'takes' if pages_on_demand(scenario) else 'reserves'} "
         f"{human.count(least, 'page')} of "
-        f"{scenario.stack.kv_page_tokens} tokens "
+        f"{scenario.stack.kv_page_tokens:,} tokens "
         f"({human.size(least * page_bytes(scenario, stage), 4)})"
     )
 
@@ -1322,8 +1322,8 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
         f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
         f"{human.size(held, 4)} of weights instead of {share}: the other "
         f"{human.size(wanted - held, 4)} per socket sit in DDR, and a decode step of "
-        f"{placement.batch_slots} slots reads {human.size(read, 4)} of them from there "
-        "(lower serving.batch_slots or set it to auto)"
+        f"{human.count(placement.batch_slots, 'slot')} reads {human.size(read, 4)} of them from "
+        "there (lower serving.batch_slots or set it to auto)"
     ]
 
 

@@ -515,6 +515,13 @@ def _bound(step: DecodeStepBound | None, which: str = "") -> str:
     )
 
 
+def _per_slot_label(result: RunSummary) -> str:
+    """What ``kv_bytes_per_slot`` is: a static slot's own KV cache, or on a paged stack the
+    pool shared out over the slots (no slot holds memory of its own; a sequence takes the
+    pages its tokens need)."""
+    return "KV cache per slot" if result.kv_pool is None else "KV pool per slot"
+
+
 def serving_table(result: RunSummary) -> Table:
     """Capacity, throughput and utilization figures."""
     table = Table(title="Serving", title_justify="left", show_header=False)
@@ -522,7 +529,7 @@ def serving_table(result: RunSummary) -> Table:
     table.add_column("value", justify="right", no_wrap=True)
     cache = result.step_cache
     rows = [
-        (f"KV cache per slot (per {result.device})", human.size(result.kv_bytes_per_slot)),
+        (f"{_per_slot_label(result)} (per {result.device})", human.size(result.kv_bytes_per_slot)),
         (
             "requests completed",
             f"{result.requests_completed:,} of {human.count(result.requests, 'request')}",

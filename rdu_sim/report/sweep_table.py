@@ -11,6 +11,7 @@ no value) has a note under the tables saying why (:data:`MISSING_REASONS`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,13 +190,31 @@ def warned_notes(done: Sequence[dict[str, Any]], axes: Sequence[str]) -> list[st
     return notes
 
 
+DOES_NOT_FIT = "does not fit"
+"""A point whose memory plan the run refused (a ``CapacityError``): the verdict a dry run
+and `check` give it (``sweep.run.check_fits``), and its status in the table."""
+
+_CAPACITY = re.compile(r"\w*CapacityError: ")
+"""How a refused memory plan's stored error starts (``sweep.worker``: type, then message)."""
+
+_AT_FILE = re.compile(r"\S+\.(?:ya?ml|json)(?::\d+)?: ")
+"""The workload file (and line) a run's refusal starts with, the same at every point."""
+
+
 def _status(record: dict[str, Any]) -> str:
-    """``done``, or ``failed: <the start of its error>`` (:func:`short_error`)."""
+    """``done``, or ``failed: <the start of its error>`` (:func:`short_error`); a memory
+    plan the run refused, ``does not fit: <field>: <the start of its sentence>``, as a dry
+    run and `check` say it (the class name and the workload's path, the same at every
+    point, would leave no room in the cell for the sentence)."""
     status = str(record.get("status"))
     error = record.get("error")
-    if status != "done" and isinstance(error, str):
-        status += f": {short_error(error)}"
-    return status
+    if status == "done" or not isinstance(error, str):
+        return status
+    refused = _CAPACITY.match(error)
+    if refused is None:
+        return f"{status}: {short_error(error)}"
+    said = _AT_FILE.sub("", error[refused.end() :], count=1)
+    return f"{DOES_NOT_FIT}: {short_error(said)}"
 
 
 CUT = "..."

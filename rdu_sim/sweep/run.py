@@ -42,6 +42,7 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.loader import issues_from_validation
 from rdu_sim.config.show import cut_middle
 from rdu_sim.report.files import refuse_overwrite
+from rdu_sim.report.sweep_table import DOES_NOT_FIT
 from rdu_sim.sweep import claims
 from rdu_sim.sweep.evaluators import BoundEvaluator, get_evaluator
 from rdu_sim.sweep.executors import (
@@ -178,7 +179,7 @@ class FitCheck:
     def describe(self) -> str:
         """A clause for the plan's line: how many would fail, and what was left unchecked."""
         bad = len(self.failing)
-        fits = sum(verdict == "does not fit" for verdict, _ in self.failing.values())
+        fits = sum(verdict == DOES_NOT_FIT for verdict, _ in self.failing.values())
         found = [f"{fits} {'does' if fits == 1 else 'do'} not fit in memory"] if fits else []
         if bad - fits:
             found.append(f"{bad - fits} would fail before simulating")
@@ -213,7 +214,7 @@ def check_fits(points: Sequence[Point], evaluate: Evaluate) -> FitCheck | None:
             try:
                 evaluate.check(point)
             except InputError as exc:
-                verdict = "does not fit" if isinstance(exc, CapacityError) else "fails"
+                verdict = DOES_NOT_FIT if isinstance(exc, CapacityError) else "fails"
                 failing[point.key] = (verdict, str(exc))
             checked += 1
     return FitCheck(failing, checked, len(points), time.perf_counter() - start)

@@ -311,6 +311,17 @@ def at_its_bound(parameter: FitParameter, value: float) -> float:
     return parameter.low if side == "low" else parameter.high if side == "high" else value
 
 
+def tried_text(parameter: FitParameter, value: float) -> str:
+    """A value the fit tried, for its progress lines, as the fitted value is said
+    (``describe``): in the parameter's unit (``quantity_text``), and nearer a bound than the
+    fit tells apart (``at_bound``) that bound, ``0 (at its low bound)``, not the
+    ``6.174e-07 ns`` the solver's step above it is."""
+    side = at_bound(parameter, value)
+    if side is None:
+        return quantity_text(value, parameter.unit)
+    return f"{quantity_text(at_its_bound(parameter, value), parameter.unit)} (at its {side} bound)"
+
+
 def _rough(value: float, unit: str) -> str:
     """``value`` to 2 significant digits in its unit, or its whole part where that is longer
     (``370 us``, not ``3.7e+02 us``)."""

@@ -154,9 +154,25 @@ def _cells(line: str, where: str) -> list[str]:
     return cells
 
 
+_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"))
+"""Separators a spreadsheet may export instead of commas (a locale's, or TSV), which a
+header read as CSV shows as one column holding them."""
+
+
 def _header(cells: list[str], where: str) -> list[str]:
     header = [cell.strip() for cell in cells]
     known = (*REQUIRED, *MEASURED, *OPTIONAL)
+    if len(header) == 1:  # a spreadsheet's export with another separator: one long column
+        for sep, name in _SEPARATORS:
+            if sep in header[0]:
+                commas = ",".join(c.strip() for c in header[0].split(sep))
+                raise ConfigError.single(
+                    where,
+                    "",
+                    f"the header is one column, its names separated by {name}: a measurement "
+                    f"file is comma-separated (its header would read {commas[:200]!r}; save "
+                    "the sheet as CSV with commas)",
+                )
     unknown = [c for c in header if c not in known]
     if unknown:
         raise ConfigError.single(
@@ -254,7 +270,8 @@ def _plausible(point: MeasuredPoint, column: str, where: str) -> None:
 
 MARKS = ("metric", *MEASURED, "hardware", "tp", "stack")
 """Columns only a measurement file has (a request trace has none of them): its header naming
-one of them makes a CSV a measurement file, even when another column is missing."""
+one of them makes a CSV a measurement file, even when another column is missing (or its names
+are separated by semicolons or tabs, ``_SEPARATORS``: its reader then says to use commas)."""
 _SNIFF_BYTES = 1 << 16
 
 
@@ -275,6 +292,9 @@ def is_measurement_file(path: Path) -> bool:
                 cells = next(csv.reader(io.StringIO(line)), [])
             except csv.Error:
                 return False
+            if len(cells) == 1:  # another separator: its reader says to use commas
+                sep = next((sep for sep, _ in _SEPARATORS if sep in cells[0]), None)
+                cells = cells[0].split(sep) if sep else cells
             return any(cell.strip() in MARKS for cell in cells)
     return False
 
