@@ -363,11 +363,11 @@ def reserved_words(scenario: Scenario, output: bool = True) -> str:
 
 
 def pages_on_demand(scenario: Scenario) -> bool:
-    """Whether a lone server of ``scenario`` gets its pages on demand
-    (`kv.paged.gives_on_demand`: the stack's ``kv_allocation`` on_demand and decode a token a
-    step, no speculative rounds)."""
+    """Whether a server of ``scenario`` gets its pages on demand (`kv.paged.gives_on_demand`:
+    the stack's ``kv_allocation`` on_demand, a server of the ``role`` mixed, a lone run's or a
+    mixed cluster pool's, and decode a token a step, no speculative rounds)."""
     on_demand = scenario.stack.kv_allocation == "on_demand"
-    return gives_on_demand(on_demand, "mixed", verify_tokens(scenario))
+    return gives_on_demand(on_demand, scenario.role, verify_tokens(scenario))
 
 
 def admission_words(scenario: Scenario) -> str:
