@@ -1023,3 +1023,25 @@ def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() ->
     said = next(line for line in result.stdout.splitlines() if "does not fit" in line)
     assert said.endswith("(from --set parallelism.tp, --hardware dgx-h100: its default stack)")
     assert "--set stack" not in said
+    # at the field of the shortfall the user's override touched, not the page size that
+    # compare's own default stack set (a stack the user names does set it)
+    workload = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    assert f"does not fit: {workload}: parallelism.tp: cannot fit even one sequence" in said
+    assert "stack.kv_page_tokens:" not in said
+    named = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            "deepseek-r1-128k-snapstream",
+            "--hardware",
+            "dgx-h100",
+            "--hardware",
+            "dgx-h200",
+            "--set",
+            "parallelism.tp=8",
+            "--set",
+            "stack=vllm-2024",
+        ],
+    )
+    said = next(line for line in named.stdout.splitlines() if "does not fit" in line)
+    assert f"does not fit: {workload}: stack.kv_page_tokens: cannot fit" in said
