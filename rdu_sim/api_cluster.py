@@ -278,7 +278,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
     resolved: list[PoolResolved] = []
     for pool in cluster.pools:
         scenario = pool.scenario
-        found = next(((b, t) for s, b, t in shared if s == scenario), None)
+        found = next(((b, t) for s, b, t in shared if s == replace(scenario, role=s.role)), None)
         if found is None:
             pool_backend = backend or EngineBackend()
             found = (pool_backend, StepTimes(partial(pool_backend.step_cost, scenario)))

@@ -103,6 +103,10 @@ class Scenario:
     # read at load, for a refusal at a hardware field after loading (``compiler.errors.
     # at_hardware``: a kernel the socket cannot hold).
     hardware_lines: LineMap = field(default_factory=dict, compare=False, repr=False)
+    # The role its servers run (``config.cluster.Role``): a cluster pool's, else mixed (a lone
+    # run prefills and decodes its own requests). It decides whether a paged pool gives pages
+    # on demand (``kv.paged.gives_on_demand``), and so what batch ``auto`` sizes by.
+    role: str = "mixed"
 
     @property
     def tp(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rdu_sim import api, human
 from rdu_sim.cli.compare_cmd import ROWS
 from rdu_sim.cli.main import cli
 from rdu_sim.compare import Variant, compare, compare_batches, parse_vary
+from rdu_sim.compare.why import scope
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.report.bound import LABELS, step_bound
 
@@ -321,8 +323,8 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
         "alone, served tokens/s (prefill included) add each request's prefill beside its "
         "output tokens' decode steps, taking the device in turn with every slot busy. A "
         "serving run can differ, where the batch fills and drains, prompts and outputs vary "
-        "and each context grows, and the paged KV cache of dgx-h100 reads each sequence's own "
-        "context (rdu-sim run times one)."
+        "and each context grows (rdu-sim run times one). There the paged KV cache of dgx-h100 "
+        "reads each sequence's own context."
     )
     assert result.to_dict()["scope"] == result.scope
     printed = CliRunner().invoke(
@@ -332,8 +334,23 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
     assert printed.stdout.rstrip().endswith(result.scope)
     gpus = compare(WORKLOAD, [DGX], vary=["serving.batch_slots=8,16"], context=2048)
     assert "every slot at one context (2,048 cached tokens)" in gpus.scope
-    assert "and each variant's paged KV cache reads each sequence's own context" in gpus.scope
+    assert gpus.scope.endswith(
+        "(rdu-sim run times one). There each variant's paged KV cache reads each sequence's "
+        "own context."
+    )
     assert compare(WORKLOAD, [SN40L_8]).scope == ""
+    # several paged but not all: the machines joined in words, in a sentence of its own
+    sn40l, h100 = result.columns
+    h200 = dataclasses.replace(h100, label="dgx-h200")
+    assert scope([sn40l, h100, h200]).endswith(
+        "(rdu-sim run times one). There the paged KV caches of dgx-h100 and dgx-h200 read "
+        "each sequence's own context."
+    )
+    three = [sn40l, h100, h200, dataclasses.replace(h100, label="h20, tp=4")]
+    assert scope(three).endswith(
+        "There the paged KV caches of dgx-h100; dgx-h200 and h20, tp=4 read each sequence's "
+        "own context."
+    )
 
 
 def test_vary_is_repeatable_and_combines_with_hardware() -> None:
@@ -506,7 +523,7 @@ def test_the_prefill_row_is_what_a_run_reports(chunk: int | None, shown: str) ->
         served = api.run(WORKLOAD, {**overrides, "hardware": str(hardware), "stack": None})
         assert column.prefill_s == pytest.approx(served.to_dict()["prefill_s"], rel=1e-9)
         assert column.prefill_tokens == 2304
-    row = dict(ROWS)["prefill, typical prompt"]
+    row = dict(ROWS)["prefill, typical prompt alone in a step"]
     assert row(result.columns[0]).endswith(shown)
 
 
@@ -1006,3 +1023,25 @@ def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() ->
     said = next(line for line in result.stdout.splitlines() if "does not fit" in line)
     assert said.endswith("(from --set parallelism.tp, --hardware dgx-h100: its default stack)")
     assert "--set stack" not in said
+    # at the field of the shortfall the user's override touched, not the page size that
+    # compare's own default stack set (a stack the user names does set it)
+    workload = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
+    assert f"does not fit: {workload}: parallelism.tp: cannot fit even one sequence" in said
+    assert "stack.kv_page_tokens:" not in said
+    named = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            "deepseek-r1-128k-snapstream",
+            "--hardware",
+            "dgx-h100",
+            "--hardware",
+            "dgx-h200",
+            "--set",
+            "parallelism.tp=8",
+            "--set",
+            "stack=vllm-2024",
+        ],
+    )
+    said = next(line for line in named.stdout.splitlines() if "does not fit" in line)
+    assert f"does not fit: {workload}: stack.kv_page_tokens: cannot fit" in said

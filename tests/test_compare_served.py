@@ -104,7 +104,7 @@ def test_the_verdict_leads_with_served_tokens_when_prefill_matters(
     )
     per_request = gpu.prefill_packed_s / 4
     assert (
-        "Why: each request's prefill (its 2,048-token typical prompt, 4 to a "
+        "Why: each request's share of a prefill step (its 2,048-token typical prompt, 4 to a "
         f"{human.duration(gpu.prefill_packed_s)} step vs alone) takes "
         f"{human.ratio(per_request / sn40l.prefill_s)} as long ({human.duration(per_request)} vs "
         f"{human.duration(sn40l.prefill_s)}; its step {prefill_bound_words(gpu)}, vs "

@@ -149,3 +149,47 @@ def test_an_arrival_behind_a_head_waiting_for_pages_does_not_cut_a_decode_run(
     replicas = run_cluster(_disaggregated(tmp_path)).to_dict()["per_replica"]
     decode = next(r for r in replicas if r["role"] == "decode")
     assert decode["steps"] == {"prefill": 0, "decode": 50327, "decode_events": 1282}
+
+
+def test_batch_auto_follows_the_rule_of_the_pool_a_role_runs(tmp_path: Path) -> None:
+    """On an on-demand stack (vllm-2024) a mixed pool's ``auto`` batch is sized by prompt
+    pages (pages given on demand), a disaggregated decode pool's by what each request
+    reserves (its pages handed over whole, `kv.paged.gives_on_demand`). Before, placement
+    knew no role and sized both as on demand."""
+    from rdu_sim.api import EngineBackend, resolve_batch_slots
+    from rdu_sim.api_cluster import resolve_pools
+    from rdu_sim.cluster import load_cluster
+    from rdu_sim.compiler.placement import smallest_request_pages
+    from rdu_sim.scenario import load_scenario
+
+    given = {
+        "hardware": "dgx-h100",
+        "stack": "vllm-2024",
+        "serving.batch_slots": "auto",
+        "stack.memory_utilization": 0.3,  # memory, not max_batch_slots, bounds the batch
+    }
+    stack = "{" + ", ".join(f"{k}: {v}" for k, v in given.items()) + "}"
+    pools = {}
+    for roles in (("mixed",), ("prefill", "decode")):
+        path = tmp_path / f"{roles[0]}.yaml"
+        path.write_text(
+            "name: roles\npools:\n"
+            + "".join(
+                f"  {role}:\n    workload: {L8}\n    replicas: 1\n    role: {role}\n"
+                f"    set: {stack}\n"
+                for role in roles
+            )
+            + f"router: {{policy: least_outstanding}}\n{BIG_REQUESTS}"
+        )
+        pools.update({p.pool.name: p for p in resolve_pools(load_cluster(path))})
+    lone = load_scenario(L8, given)
+    assert lone.stack.kv_allocation == "on_demand"
+    # the reserving rule: what the same stack gives with pages reserved
+    reserving = load_scenario(L8, {**given, "stack.kv_allocation": "reserve"})
+    on_demand = resolve_batch_slots(lone, EngineBackend())[1]
+    reserves = resolve_batch_slots(reserving, EngineBackend())[1]
+    assert smallest_request_pages(reserving) > smallest_request_pages(lone)
+    assert reserves < on_demand
+    assert pools["mixed"].runtime.config.batch_slots == on_demand
+    assert pools["decode"].runtime.config.batch_slots == reserves
+    assert pools["prefill"].runtime.config.batch_slots == reserves

@@ -205,7 +205,7 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("share of peak HBM bandwidth", lambda c: human.percent(c.hbm_bandwidth_fraction)),
     ("share of peak FLOP/s", _flops_share),
     ("kernel calls per step", lambda c: _count(c.kernel_calls)),
-    ("prefill, typical prompt", lambda c: human.duration(c.prefill_s) + _prompt(c)),
+    ("prefill, typical prompt alone in a step", lambda c: human.duration(c.prefill_s) + _prompt(c)),
     ("prefill step bound by", _prefill_bound),
     ("prefill, median prompt past the KV budget", _long_prompt),
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,8 @@ def _pool(
             "cluster's replicas do not serve (they run one model, without expert switches); "
             "run it alone with rdu-sim run, or set coe: null in the pool's set",
         )
-    return PoolScenario(name, pool.role, pool.replicas, scenario)
+    # the pool's role decides how its paged pool gives pages, so what batch auto sizes by
+    return PoolScenario(name, pool.role, pool.replicas, replace(scenario, role=pool.role))
 
 
 def _check_batching(

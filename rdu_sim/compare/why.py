@@ -533,8 +533,10 @@ def _packing(column: Column) -> str:
 
 def _prefill_why(a: Column, b: Column) -> str:
     """Each request's prefill against its output tokens, the served tokens/s' other part:
-    ``each request's prefill (its 2,048-token typical prompt, 4 to a 270 ms step vs alone)
-    takes 1.11x as long (67.4 ms vs 60.8 ms) beside its 128 output tokens' decode steps``."""
+    ``each request's share of a prefill step (its 2,048-token typical prompt, 4 to a 270 ms
+    step vs alone) takes 1.11x as long (67.4 ms vs 60.8 ms) beside its 128 output tokens'
+    decode steps`` (its share where a stack packs prompts, not the prompt alone in a step,
+    compare's "prefill, typical prompt alone in a step" row)."""
     outputs = (
         f"{a.output_tokens:,}"
         if a.output_tokens == b.output_tokens
@@ -547,10 +549,13 @@ def _prefill_why(a: Column, b: Column) -> str:
         else f"its typical prompt, {tokens[0]:,} vs {tokens[1]:,} tokens"
     )
     packing = (_packing(a), _packing(b))
-    packed = "" if packing == ("alone", "alone") else f", {packing[0]} vs {packing[1]}"
+    alone = packing == ("alone", "alone")
+    packed = "" if alone else f", {packing[0]} vs {packing[1]}"
+    # packed, a request's time is its share of the step, not its prompt's alone (that row)
+    subject = "each request's prefill" if alone else "each request's share of a prefill step"
     mine, theirs = _per_request(a), _per_request(b)
     return (
-        f"each request's prefill ({prompt}{packed}) takes "
+        f"{subject} ({prompt}{packed}) takes "
         f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
         f"{human.duration(theirs)}; {_prefill_bounds(a, b)}) beside its {outputs} output "
         "tokens' decode steps"
@@ -646,20 +651,29 @@ def scope(columns: Sequence[Column]) -> str:
         else f"one context per variant ({' vs '.join(contexts)} cached tokens)"
     )
     paged = [c for c in fitting if c.paged_kv]
-    whose = (
-        "each variant's paged KV cache"
-        if len(paged) == len(fitting)
-        else f"the paged KV cache of {_labels(paged)}"
-    )
-    reads = f", and {whose} reads each sequence's own context" if paged else ""
+    if len(paged) == len(fitting):
+        whose = "each variant's paged KV cache reads"
+    elif len(paged) == 1:
+        whose = f"the paged KV cache of {paged[0].label} reads"
+    else:
+        whose = f"the paged KV caches of {_in_words([c.label for c in paged])} read"
+    reads = f" There {whose} each sequence's own context." if paged else ""
     return (
         f"Each verdict compares one decode step with every slot at {held}, and the typical "
         "request's prefill: decode-step tokens/s are that step's alone, served tokens/s "
         "(prefill included) add each request's prefill beside its output tokens' decode "
         "steps, taking the device in turn with every slot busy. A serving run can differ, "
-        f"where the batch fills and drains, prompts and outputs vary and each context "
-        f"grows{reads} (rdu-sim run times one)."
+        "where the batch fills and drains, prompts and outputs vary and each context "
+        f"grows (rdu-sim run times one).{reads}"
     )
+
+
+def _in_words(labels: Sequence[str]) -> str:
+    """``a and b``, ``a, b and c`` (``;`` between them where a label holds a comma)."""
+    if len(labels) < 3:
+        return " and ".join(labels)
+    between = "; " if any("," in label for label in labels) else ", "
+    return f"{between.join(labels[:-1])} and {labels[-1]}"
 
 
 def verdicts(columns: Sequence[Column]) -> list[str]:

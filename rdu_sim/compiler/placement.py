@@ -363,11 +363,11 @@ def reserved_words(scenario: Scenario, output: bool = True) -> str:
 
 
 def pages_on_demand(scenario: Scenario) -> bool:
-    """Whether a lone server of ``scenario`` gets its pages on demand
-    (`kv.paged.gives_on_demand`: the stack's ``kv_allocation`` on_demand and decode a token a
-    step, no speculative rounds)."""
+    """Whether a server of ``scenario`` gets its pages on demand (`kv.paged.gives_on_demand`:
+    the stack's ``kv_allocation`` on_demand, a server of the ``role`` mixed, a lone run's or a
+    mixed cluster pool's, and decode a token a step, no speculative rounds)."""
     on_demand = scenario.stack.kv_allocation == "on_demand"
-    return gives_on_demand(on_demand, "mixed", verify_tokens(scenario))
+    return gives_on_demand(on_demand, scenario.role, verify_tokens(scenario))
 
 
 def admission_words(scenario: Scenario) -> str:
@@ -1160,7 +1160,12 @@ def batch_capacity(
                 "model",
             )
             field = next(
-                (f for f in involved if override_for(f, scenario.overrides) is not None),
+                (
+                    f
+                    for f in involved
+                    if override_for(f, scenario.overrides) is not None
+                    and (f != "stack.kv_page_tokens" or _page_overridden(scenario))
+                ),
                 "model"
                 if alone
                 else "stack.kv_page_tokens"
@@ -1191,6 +1196,15 @@ def batch_capacity(
     return _whole_queries_batch(scenario, stage, system) or scenario.stack.runnable_batch(
         most_slots(fits)
     )
+
+
+def _page_overridden(scenario: Scenario) -> bool:
+    """Whether an override chose the page size: ``stack.kv_page_tokens`` or a stack named,
+    not ``stack: null``, the hardware's default stack (what ``compare`` serves each machine
+    by, unless told): that one picks no page of the user's, so the capacity error is at the
+    memory shortfall's field instead (it still names the override among its causes)."""
+    path = override_for("stack.kv_page_tokens", scenario.overrides)
+    return path is not None and not (path == "stack" and scenario.overrides[path] is None)
 
 
 def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:

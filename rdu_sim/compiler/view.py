@@ -168,6 +168,7 @@ def compile_view(scenario: Scenario) -> CompileView:
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
         "draft": None if draft is None else draft.digest,
+        "role": scenario.role,
     }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
     viewed = Scenario(
@@ -183,5 +184,6 @@ def compile_view(scenario: Scenario) -> CompileView:
         overrides=scenario.overrides,  # neither in the digest: what an error blames
         lines=scenario.lines,
         hardware_lines=scenario.hardware_lines,
+        role=scenario.role,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())
