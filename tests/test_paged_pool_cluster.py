@@ -193,3 +193,21 @@ def test_batch_auto_follows_the_rule_of_the_pool_a_role_runs(tmp_path: Path) -> 
     assert pools["mixed"].runtime.config.batch_slots == on_demand
     assert pools["decode"].runtime.config.batch_slots == reserves
     assert pools["prefill"].runtime.config.batch_slots == reserves
+
+
+def test_a_pools_role_splits_its_compile_only_where_it_decides_pages_on_demand() -> None:
+    """On a reserving stack (or static slots) a cluster's prefill, decode and mixed pools of
+    one workload compile one program set; on vLLM's on-demand stack the role sizes `auto`, so
+    its compile view differs by it."""
+    from dataclasses import replace
+
+    from rdu_sim import api
+    from rdu_sim.compiler.view import compile_view
+
+    for stack, splits in (("tensorrt-llm-2024", False), ("vllm-2024", True)):
+        scenario = api.load("llama3.1-8b-1socket", {"hardware": "dgx-h100", "stack": stack})
+        digests = {
+            role: compile_view(replace(scenario, role=role)).digest
+            for role in ("mixed", "prefill", "decode")
+        }
+        assert (len(set(digests.values())) == 3) is splits, stack

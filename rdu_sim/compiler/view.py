@@ -168,7 +168,9 @@ def compile_view(scenario: Scenario) -> CompileView:
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
         "draft": None if draft is None else draft.digest,
-        "role": scenario.role,
+        # the role changes a compile only where it decides pages on demand (`placement.
+        # pages_on_demand`): elsewhere a cluster's prefill and decode pools share programs
+        "role": scenario.role if scenario.stack.kv_allocation == "on_demand" else None,
     }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
     viewed = Scenario(
