@@ -154,8 +154,11 @@ def test_an_arrival_behind_a_head_waiting_for_pages_does_not_cut_a_decode_run(
 def test_batch_auto_follows_the_rule_of_the_pool_a_role_runs(tmp_path: Path) -> None:
     """On an on-demand stack (vllm-2024) a mixed pool's ``auto`` batch is sized by prompt
     pages (pages given on demand), a disaggregated decode pool's by what each request
-    reserves (its pages handed over whole, `kv.paged.gives_on_demand`). Before, placement
-    knew no role and sized both as on demand."""
+    reserves (its pages handed over whole, `kv.paged.gives_on_demand`), a prefill pool's by
+    its prompt and first token. Before, placement knew no role and sized them all as on
+    demand."""
+    from dataclasses import replace
+
     from rdu_sim.api import EngineBackend, resolve_batch_slots
     from rdu_sim.api_cluster import resolve_pools
     from rdu_sim.cluster import load_cluster
@@ -192,22 +195,58 @@ def test_batch_auto_follows_the_rule_of_the_pool_a_role_runs(tmp_path: Path) -> 
     assert reserves < on_demand
     assert pools["mixed"].runtime.config.batch_slots == on_demand
     assert pools["decode"].runtime.config.batch_slots == reserves
-    assert pools["prefill"].runtime.config.batch_slots == reserves
+    # a prefill pool reserves its prompt and first token (`kv.paged.held_output`): more fit
+    prefill = resolve_batch_slots(replace(lone, role="prefill"), EngineBackend())[1]
+    assert pools["prefill"].runtime.config.batch_slots == prefill == 137
+    assert reserves < prefill
 
 
-def test_a_pools_role_splits_its_compile_only_where_it_decides_pages_on_demand() -> None:
-    """On a reserving stack (or static slots) a cluster's prefill, decode and mixed pools of
-    one workload compile one program set; on vLLM's on-demand stack the role sizes `auto`, so
-    its compile view differs by it."""
+def test_a_pools_role_splits_its_compile_only_where_it_sizes_the_pool() -> None:
+    """The role changes a compile only where it sizes a paged pool's requests: on static
+    slots never; on a reserving stack a prefill pool's (it holds the prompt and the first
+    token), its decode and mixed pools compiling one program set; on vLLM's on-demand stack
+    every role's (only a mixed server's requests grow page by page)."""
     from dataclasses import replace
 
     from rdu_sim import api
     from rdu_sim.compiler.view import compile_view
 
-    for stack, splits in (("tensorrt-llm-2024", False), ("vllm-2024", True)):
-        scenario = api.load("llama3.1-8b-1socket", {"hardware": "dgx-h100", "stack": stack})
-        digests = {
-            role: compile_view(replace(scenario, role=role)).digest
-            for role in ("mixed", "prefill", "decode")
-        }
-        assert (len(set(digests.values())) == 3) is splits, stack
+    groups = {
+        ("sn40l-8", "sambastack-2025"): [{"mixed", "prefill", "decode"}],
+        ("dgx-h100", "tensorrt-llm-2024"): [{"mixed", "decode"}, {"prefill"}],
+        ("dgx-h100", "vllm-2024"): [{"mixed"}, {"prefill"}, {"decode"}],
+    }
+    for (hardware, stack), expected in groups.items():
+        scenario = api.load("llama3.1-8b-1socket", {"hardware": hardware, "stack": stack})
+        by_digest: dict[str, set[str]] = {}
+        for role in ("mixed", "prefill", "decode"):
+            digest = compile_view(replace(scenario, role=role)).digest
+            by_digest.setdefault(digest, set()).add(role)
+        assert sorted(map(sorted, by_digest.values())) == sorted(map(sorted, expected)), stack
+
+
+def test_a_prefill_pool_sizes_its_batch_by_the_prompt_and_first_token() -> None:
+    """A prefill server holds a request's prompt and the token its prefill emits until the
+    hand-off (`kv.paged.held_output`), so its smallest request is 512 + 1 tokens: 9 pages of
+    64 on TensorRT-LLM 2024 where a mixed or decode server's 512 + 128 is 10; the words say
+    what it holds."""
+    from dataclasses import replace
+
+    from rdu_sim import api
+    from rdu_sim.compiler.placement import capacity_words, smallest_request_pages
+
+    scenario = api.load(
+        "llama3.1-8b-1socket",
+        {
+            "hardware": "dgx-h100",
+            "stack": "tensorrt-llm-2024",
+            "serving.output_tokens": {"dist": "uniform", "low": 128, "high": 1024},
+        },
+    )
+    pages = {
+        role: smallest_request_pages(replace(scenario, role=role))
+        for role in ("mixed", "prefill", "decode")
+    }
+    assert pages == {"mixed": 10, "prefill": 9, "decode": 10}
+    words = capacity_words(replace(scenario, role="prefill"), 100, 100)
+    assert "each request reserves its prompt and first output token at admission" in words

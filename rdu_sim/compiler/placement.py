@@ -67,7 +67,7 @@ from rdu_sim.config.workload import FixedLength, LengthDistribution
 from rdu_sim.graph import GraphGroup, operators
 from rdu_sim.graph.operator import Axis
 from rdu_sim.graph.shape import INDEX
-from rdu_sim.kv.paged import PagedKV, gives_on_demand, reserved_pages
+from rdu_sim.kv.paged import PagedKV, gives_on_demand, held_output, reserved_pages
 from rdu_sim.kv.policies import layer_selection_of
 from rdu_sim.models.layers import layer_kinds, window_layer_counts
 from rdu_sim.scenario import Scenario
@@ -334,6 +334,7 @@ def smallest_request_pages(scenario: Scenario) -> int:
     prompt = max(1, min(prompt, serving.max_context - 1))
     output = max(1, min(output, serving.max_context - prompt))
     cached = target_prompt(scenario.workload.speculation, prompt)
+    output = held_output(output, scenario.role)  # a prefill server holds the first token
     if pages_on_demand(scenario):
         output = 0  # admitted on its prompt's pages
     return reserved_pages(cached, output, slot_tokens(scenario), page, rollback_tokens(scenario))
@@ -352,14 +353,17 @@ def watermark_pages(scenario: Scenario, pages: int) -> int:
 
 
 def reserved_words(scenario: Scenario, output: bool = True) -> str:
-    """What a request reserves of a paged pool, in words: its prompt and output tokens, or
-    under speculative prefill the prompt tokens the target keeps (`smallest_request_pages`);
+    """What a request reserves of a paged pool, in words: its prompt and output tokens (on a
+    prefill server its first output token), or under speculative prefill the prompt tokens
+    the target keeps (`smallest_request_pages`);
     ``output`` False: the prompt's alone (an admission under pages on demand)."""
     spec = scenario.workload.speculation
+    # a prefill server holds the first output token (`kv.paged.held_output`)
+    outputs = "first output token" if scenario.role == "prefill" else "output tokens"
     if spec is None or spec.prefill is None:
-        return "prompt and output tokens" if output else "prompt tokens"
+        return f"prompt and {outputs}" if output else "prompt tokens"
     kept = "kept prompt tokens (speculative prefill)"
-    return f"{kept} and output tokens" if output else kept
+    return f"{kept} and {outputs}" if output else kept
 
 
 def pages_on_demand(scenario: Scenario) -> bool:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX
+from rdu_sim.kv.paged import role_sizes_pool
 from rdu_sim.scenario import Scenario
 
 Unread = Mapping[str, "Unread | None"]
@@ -168,9 +169,9 @@ def compile_view(scenario: Scenario) -> CompileView:
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
         "draft": None if draft is None else draft.digest,
-        # the role changes a compile only where it decides pages on demand (`placement.
-        # pages_on_demand`): elsewhere a cluster's prefill and decode pools share programs
-        "role": scenario.role if scenario.stack.kv_allocation == "on_demand" else None,
+        # the role changes a compile only where it sizes a paged pool's requests
+        # (`kv.paged.role_sizes_pool`): elsewhere a cluster's pools share programs
+        "role": scenario.role if _role_sizes_pool(scenario) else None,
     }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
     viewed = Scenario(
@@ -189,3 +190,11 @@ def compile_view(scenario: Scenario) -> CompileView:
         role=scenario.role,
     )
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _role_sizes_pool(scenario: Scenario) -> bool:
+    """Whether ``scenario``'s role changes its paged pool's sizing (`kv.paged.role_sizes_pool`;
+    static slots: never)."""
+    stack = scenario.stack
+    on_demand = stack.kv_allocation == "on_demand"
+    return stack.kv_page_tokens is not None and role_sizes_pool(scenario.role, on_demand)

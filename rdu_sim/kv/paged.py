@@ -81,6 +81,14 @@ def gives_on_demand(on_demand: bool, role: str, step_tokens: int) -> bool:
     return on_demand and role == "mixed" and step_tokens == 1
 
 
+def role_sizes_pool(role: str, on_demand: bool) -> bool:
+    """Whether a server's ``role`` changes what a paged pool's smallest request takes at
+    admission, and so the batch ``auto`` sizes (``compiler.placement``): under pages on demand
+    (:func:`gives_on_demand`: only a mixed server's requests grow page by page), or on a
+    prefill server, which holds a request's prompt and first token (:func:`held_output`)."""
+    return on_demand or role == "prefill"
+
+
 def held_output(output: int, role: str) -> int:
     """The output tokens a server of ``role`` caches for a request of ``output``: a
     prefill-role server holds its prompt and the one token its prefill emits until the
