@@ -1006,21 +1006,17 @@ def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() ->
     """compare serves each system with its hardware's default stack: an error that stack
     causes names the --hardware that gave it, not a ``--set stack`` nobody typed (the trial's
     "(from --set parallelism.tp, --set stack)")."""
-    result = CliRunner().invoke(
-        cli,
-        [
-            "compare",
-            "deepseek-r1-128k-snapstream",
-            "--hardware",
-            "dgx-h100",
-            "--hardware",
-            "dgx-h200",
-            "--set",
-            "parallelism.tp=8",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    said = next(line for line in result.stdout.splitlines() if "does not fit" in line)
+
+    def does_not_fit(*sets: str) -> str:
+        args = ["compare", "deepseek-r1-128k-snapstream", "--hardware", "dgx-h100"]
+        args += ["--hardware", "dgx-h200"]
+        for item in ("parallelism.tp=8", *sets):
+            args += ["--set", item]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return next(line for line in result.stdout.splitlines() if "does not fit" in line)
+
+    said = does_not_fit()
     assert said.endswith("(from --set parallelism.tp, --hardware dgx-h100: its default stack)")
     assert "--set stack" not in said
     # at the field of the shortfall the user's override touched, not the page size that
@@ -1028,20 +1024,5 @@ def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() ->
     workload = REPO / "workloads" / "deepseek-r1-128k-snapstream.yaml"
     assert f"does not fit: {workload}: parallelism.tp: cannot fit even one sequence" in said
     assert "stack.kv_page_tokens:" not in said
-    named = CliRunner().invoke(
-        cli,
-        [
-            "compare",
-            "deepseek-r1-128k-snapstream",
-            "--hardware",
-            "dgx-h100",
-            "--hardware",
-            "dgx-h200",
-            "--set",
-            "parallelism.tp=8",
-            "--set",
-            "stack=vllm-2024",
-        ],
-    )
-    said = next(line for line in named.stdout.splitlines() if "does not fit" in line)
+    said = does_not_fit("stack=vllm-2024")
     assert f"does not fit: {workload}: stack.kv_page_tokens: cannot fit" in said

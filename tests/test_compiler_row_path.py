@@ -104,7 +104,8 @@ def _numeric_optimum(
 
 
 def test_a_chain_adds_and_streams_overlap() -> None:
-    assert RowGraph.chain(3).path([1.0, 2.0, 4.0]) == 7.0
+    chain = RowGraph(((), (0,), (1,)), (True, True, True))
+    assert chain.path([1.0, 2.0, 4.0]) == 7.0
     assert BRANCHED.path([1.0, 2.0, 3.0, 4.0]) == 1.0 + 3.0 + 4.0
     assert BRANCHED.longest([1.0, 5.0, 3.0, 4.0]) == (10.0, [True, True, False, True])
     # every stage streaming: one row takes the slowest stage's time

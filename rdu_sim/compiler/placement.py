@@ -370,8 +370,7 @@ def pages_on_demand(scenario: Scenario) -> bool:
     """Whether a server of ``scenario`` gets its pages on demand (`kv.paged.gives_on_demand`:
     the stack's ``kv_allocation`` on_demand, a server of the ``role`` mixed, a lone run's or a
     mixed cluster pool's, and decode a token a step, no speculative rounds)."""
-    on_demand = scenario.stack.kv_allocation == "on_demand"
-    return gives_on_demand(on_demand, scenario.role, verify_tokens(scenario))
+    return gives_on_demand(scenario.stack.pages_on_demand, scenario.role, verify_tokens(scenario))
 
 
 def admission_words(scenario: Scenario) -> str:
@@ -413,7 +412,7 @@ def paged_kv(scenario: Scenario, pages: int, stage: PipelineStage | None = None)
         slot_tokens=slot_tokens(scenario),
         extra_tokens=rollback_tokens(scenario),
         page_bytes=page_bytes(scenario, stage),
-        on_demand=scenario.stack.kv_allocation == "on_demand",
+        on_demand=scenario.stack.pages_on_demand,
         watermark_pages=watermark_pages(scenario, pages),
         step_tokens=verify_tokens(scenario),
     )

@@ -36,11 +36,6 @@ class RowGraph:
             if any(not 0 <= p < i for p in producers):
                 raise ValueError(f"stage {i}'s producers {producers} are not earlier stages")
 
-    @classmethod
-    def chain(cls, n: int) -> RowGraph:
-        """``n`` stages one after another, each holding its row: the times add."""
-        return cls(tuple(() if i == 0 else (i - 1,) for i in range(n)), (True,) * n)
-
     def path(self, times: Sequence[float]) -> float:
         """The time one row takes through stages of ``times`` (module docstring)."""
         return self.longest(times)[0]

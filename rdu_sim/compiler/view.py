@@ -196,5 +196,4 @@ def _role_sizes_pool(scenario: Scenario) -> bool:
     """Whether ``scenario``'s role changes its paged pool's sizing (`kv.paged.role_sizes_pool`;
     static slots: never)."""
     stack = scenario.stack
-    on_demand = stack.kv_allocation == "on_demand"
-    return stack.kv_page_tokens is not None and role_sizes_pool(scenario.role, on_demand)
+    return stack.dynamic_batch and role_sizes_pool(scenario.role, stack.pages_on_demand)

@@ -402,6 +402,12 @@ class StackConfig(StrictModel):
         return self.runnable_batch(slots) == slots
 
     @property
+    def pages_on_demand(self) -> bool:
+        """Whether the stack gives a paged pool's pages on demand (``kv_allocation``), on the
+        servers `kv.paged.gives_on_demand` says."""
+        return self.kv_allocation == "on_demand"
+
+    @property
     def dynamic_batch(self) -> bool:
         """Whether a decode step runs only the live sequences (a paged KV cache: the
         runtime batches sequences per step), not a static graph over every slot."""
