@@ -50,6 +50,7 @@ TOP_KEYS = {
     "slo",
     "goodput",
     "slo_met",
+    "offered",
     "classes",
     "per_replica",
     "step_shapes_simulated",

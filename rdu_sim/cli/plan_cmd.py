@@ -208,6 +208,12 @@ def command(
         raise SystemExit(1)  # no configuration met the SLO (2 is bad input)
 
 
+def _offered_words(summary: dict[str, Any]) -> str:
+    """``, traffic offered at 6.15 req/s`` once a run measured its rate, else nothing."""
+    rate = summary["offered_requests_per_s"]
+    return "" if rate is None else f", traffic offered at {human.rate(rate, 'req/s')}"
+
+
 def _print(result: PlanResult, as_json: bool) -> None:
     """The plan's summary: one JSON object, or its lines and table."""
     from rdu_sim.plan import plan_summary
@@ -223,8 +229,8 @@ def _print(result: PlanResult, as_json: bool) -> None:
     out.print(
         f"[bold]{summary['plan']}[/bold]: cluster {summary['cluster']!r}, SLO TTFT <= "
         f"{human.duration(slo['ttft_s'])} and TPOT <= {human.duration(slo['tpot_s'])} for "
-        f"{human.target_percent(slo['attainment'])} of requests; {summary['evaluations']} "
-        f"cluster runs ({result.db})"
+        f"{human.target_percent(slo['attainment'])} of requests{_offered_words(summary)}; "
+        f"{summary['evaluations']} cluster runs ({result.db})"
     )
     rows = summary["configurations"]
     best = summary["cheapest"]

@@ -19,27 +19,14 @@ if TYPE_CHECKING:
     from rdu_sim.api_cluster import ClusterResult
     from rdu_sim.report.cluster_summary import ClusterSummary
 
-METRICS = (
-    "slo_met",
-    "goodput_fraction",
-    "goodput_tokens_per_s",
-    "output_tokens_per_s",
-    "ttft_p99_s",
-    "tpot_p99_s",
-    "requests",
-    "goodput_requests",
-    "requests_rejected",
-    "replicas",
-    "sockets",
-)
-
 
 def headline(result: ClusterSummary) -> dict[str, Any]:
     """The plan's view of a cluster run's typed summary (the names of its JSON; with
     attention ranks in lockstep, the largest share of a pool's decoding time that waited on
     another rank's prefill; ``requests`` and ``goodput_requests`` for ``plan.margin``;
     ``batch_slots.POOL`` each pool's slots as resolved, ``auto`` a number (a metric path,
-    as the store keeps it); what its KV policy cut, for an answer that trades accuracy)."""
+    as the store keeps it); what its KV policy cut, for an answer that trades accuracy; the
+    traffic's offered rate, the same for every configuration of a plan)."""
     held = {}
     if result.lockstep:
         shares = (cost.prefill_held_share for cost in result.lockstep.values())
@@ -51,6 +38,7 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
         "slo_met": result.slo_met,
         "goodput_fraction": result.goodput.fraction,
         "goodput_tokens_per_s": result.goodput.tokens_per_s,
+        "offered_requests_per_s": result.offered.requests_per_s,
         "output_tokens_per_s": result.output_tokens_per_s,
         "ttft_p99_s": result.ttft_s.p99,
         "tpot_p99_s": result.tpot_s.p99,

@@ -182,6 +182,18 @@ def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _offered(result: PlanResult) -> float | None:
+    """The traffic's offered rate (requests a second over its arrivals), which every
+    configuration's run shares: None before any run measured it, or when every request
+    arrives at once."""
+    rates = (
+        metrics.get("offered_requests_per_s")
+        for search in result.searches
+        for metrics in search.results.values()
+    )
+    return next((rate for rate in rates if rate is not None), None)
+
+
 def plan_summary(result: PlanResult) -> dict[str, Any]:
     """The plan's JSON: the cheapest configuration meeting the SLO, the rows, the effort, and
     the provenance (the simulator, the plan spec and its cluster file; each configuration's
@@ -196,6 +208,7 @@ def plan_summary(result: PlanResult) -> dict[str, Any]:
             "device": result.plan.base.device,  # what `sockets` counts: 'socket' or 'GPU'
             "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
             "slo_met": cheapest is not None,  # the outcome: also the exit status (0, else 1)
+            "offered_requests_per_s": _offered(result),
             "cheapest": cheapest,
             "configurations": rows,
             "evaluations": result.evaluations,

@@ -44,6 +44,7 @@ from rdu_sim.report.cluster_summary import (
     Goodput,
     KVTransfer,
     LockstepCost,
+    OfferedLoad,
     PoolKVPool,
     PoolSummary,
     PrefixCacheStats,
@@ -148,6 +149,21 @@ def _goodput(
         fraction=_round(count / total if total else 0.0),
         requests_per_s=_round(count / span if span > 0 else 0.0),
         tokens_per_s=_round(float(output[good].sum()) / span if span > 0 else 0.0),
+    )
+
+
+def _offered(arrival_s: NDArray[np.float64], output_tokens_asked: int) -> OfferedLoad:
+    """The traffic's rates over its arrival window (``OfferedLoad``); ``output_tokens_asked``
+    sums every request's output as the traffic asked it, before a context limit cut it."""
+    n = len(arrival_s)
+    window = float(arrival_s.max() - arrival_s.min()) if n else 0.0
+    if window <= 0.0:
+        return OfferedLoad(window_s=0.0, requests_per_s=None, output_tokens_per_s=None)
+    rate = (n - 1) / window
+    return OfferedLoad(
+        window_s=_round(window),
+        requests_per_s=_round(rate),
+        output_tokens_per_s=_round(rate * output_tokens_asked / n),
     )
 
 
@@ -366,6 +382,7 @@ def summarize_cluster(
         ),
         goodput=goodput,
         slo_met=(goodput.requests / total if total else 0.0) >= slo.attainment,
+        offered=_offered(cols["arrival_s"], int(output.sum()) + run.fit.output_tokens_cut),
         classes=_classes(cols, labels, good),
         per_replica=[
             _replica(r, cols, took[i], decoded[i], good, float(held[i]), span, ranks[i])

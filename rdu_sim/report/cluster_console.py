@@ -16,7 +16,7 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.config.parallelism import describe_layout
-from rdu_sim.report.cluster_summary import ClusterSummary
+from rdu_sim.report.cluster_summary import ClusterSummary, OfferedLoad
 from rdu_sim.report.console import (
     LATENCIES,
     energy_rows,
@@ -129,6 +129,18 @@ def binding_caption(result: ClusterSummary) -> str:
     return "\n".join(lines)
 
 
+def offered_words(offered: OfferedLoad) -> str:
+    """The traffic's rates in words: ``6.1 req/s, 1,230 tok/s asked, over 65.3 s of
+    arrivals``, or that every request arrived at once."""
+    if offered.requests_per_s is None or offered.output_tokens_per_s is None:
+        return "every request at once"
+    return (
+        f"{human.rate(offered.requests_per_s, 'req/s')}, "
+        f"{human.rate(offered.output_tokens_per_s, 'tok/s')} asked, over "
+        f"{human.duration(offered.window_s)} of arrivals"
+    )
+
+
 def goodput_table(result: ClusterSummary) -> Table:
     """Requests, SLO, goodput and throughput of the whole cluster."""
     table = Table(title="Cluster", title_justify="left", show_header=False)
@@ -138,6 +150,7 @@ def goodput_table(result: ClusterSummary) -> Table:
     met = "met" if result.slo_met else "NOT met"
     rows = [
         ("traffic", f"{traffic.source}, {traffic.rows} rows"),
+        ("offered", offered_words(result.offered)),
         (
             "requests served / rejected / truncated",
             f"{result.requests_served} / {result.requests_rejected} / "

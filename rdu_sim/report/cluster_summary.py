@@ -30,6 +30,7 @@ __all__ = [
     "ClusterSummary",
     "Goodput",
     "KVTransfer",
+    "OfferedLoad",
     "PoolSummary",
     "PrefixCacheStats",
     "ReplicaSummary",
@@ -131,6 +132,18 @@ class Goodput:
     fraction: float
     requests_per_s: float
     tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class OfferedLoad:
+    """What the traffic asked, as rates over its arrival window (first to last arrival), so
+    the goodput can be read against it: requests a second, the inverse of the mean gap
+    between arrivals, and the output tokens they asked for (before any context limit).
+    Both are None when every request arrives at once."""
+
+    window_s: float
+    requests_per_s: float | None
+    output_tokens_per_s: float | None
 
 
 @dataclass(frozen=True)
@@ -275,6 +288,7 @@ class ClusterSummary(ClusterMeta):
     slo: SLOTargets
     goodput: Goodput
     slo_met: bool
+    offered: OfferedLoad
     classes: dict[str, ClassSummary] | None
     per_replica: list[ReplicaSummary]
     step_shapes_simulated: int
