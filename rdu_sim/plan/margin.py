@@ -83,11 +83,11 @@ class Margin:
         }
 
     def words(self) -> str:
-        """``met by 4 of 400 requests`` or ``missed by 1 of 400 requests, inconclusive
+        """``met with 4 of 400 requests to spare`` or ``missed by 1 of 400 requests, inconclusive
         (within 2 standard errors of the attainment or one request, 4.0 requests)``."""
         if self.by >= 0:
             counts = f"{self.met:,} met, {self.needed:,} needed"
-            return f"met by {self.by} of {self.requests:,} requests ({counts})"
+            return f"met with {self.by} of {self.requests:,} requests to spare ({counts})"
         verdict = "conclusive" if self.conclusive else "inconclusive"
         within = "beyond" if self.conclusive else "within"
         return (
