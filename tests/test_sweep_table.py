@@ -148,3 +148,16 @@ def test_a_failed_points_status_ends_cleanly_and_the_export_keeps_the_error(
     assert short_error("CapacityError: too big; lower x") == "CapacityError: too big..."
     assert short_error("fits in the cell") == "fits in the cell"
     assert short_error("x" * 100) == "x" * 57 + "..."
+
+
+def test_a_refusal_loses_its_workload_path_whole_and_nothing_after_it() -> None:
+    """The ``does not fit`` cell drops the path a refusal starts with, spaces and line number
+    included, and only that: a sentence that merely mentions a file keeps it."""
+    from rdu_sim.report.sweep_table import _status
+
+    sentence = "serving.batch_slots: the KV cache of 100,000 slots needs more"
+    for path in ("/tmp/my runs/w.yaml:12", "w.yaml", "C:/x y/w.json:3"):
+        record = {"status": "failed", "error": f"SlotsCapacityError: {path}: {sentence}"}
+        assert _status(record).startswith("does not fit: serving.batch_slots: the KV cache")
+    mentioned = {"status": "failed", "error": "CapacityError: weights: sn40l.yaml: too big"}
+    assert _status(mentioned) == "does not fit: weights: sn40l.yaml: too big"

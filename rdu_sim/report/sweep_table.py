@@ -197,8 +197,10 @@ and `check` give it (``sweep.run.check_fits``), and its status in the table."""
 _CAPACITY = re.compile(r"\w*CapacityError: ")
 """How a refused memory plan's stored error starts (``sweep.worker``: type, then message)."""
 
-_AT_FILE = re.compile(r"\S+\.(?:ya?ml|json)(?::\d+)?: ")
-"""The workload file (and line) a run's refusal starts with, the same at every point."""
+_AT_FILE = re.compile(r"(?:(?!: ).)+?\.(?:ya?ml|json)(?::\d+)?: ")
+"""The workload file (and line) a run's refusal starts with (``Scenario.at_field``), the same
+at every point; matched at the start only, a path with spaces in it whole (a path holds no
+``": "``, which ends a field's name)."""
 
 
 def _status(record: dict[str, Any]) -> str:
@@ -213,7 +215,10 @@ def _status(record: dict[str, Any]) -> str:
     refused = _CAPACITY.match(error)
     if refused is None:
         return f"{status}: {short_error(error)}"
-    said = _AT_FILE.sub("", error[refused.end() :], count=1)
+    said = error[refused.end() :]
+    at_file = _AT_FILE.match(said)
+    if at_file is not None:
+        said = said[at_file.end() :]
     return f"{DOES_NOT_FIT}: {short_error(said)}"
 
 
