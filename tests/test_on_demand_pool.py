@@ -427,9 +427,9 @@ def test_the_capacity_words_say_pages_come_on_demand() -> None:
     assert "(20 pages of 16 tokens;" in words["reserve"]
     assert "at admission" not in words["on_demand"]
     assert (
-        "(16 pages of 16 tokens; each request admitted on its prompt tokens' pages, leaving the "
-        "stack's kv_watermark (1.0% of the pool) free; the stack gives pages on demand as "
-        "requests decode, preempting when they run out (kv_allocation: on_demand))"
+        "(16 pages of 16 tokens; each request admitted on the pages of its prompt tokens, "
+        "leaving the stack's kv_watermark (1.0% of the pool) free; the stack gives pages on "
+        "demand as requests decode, preempting when they run out (kv_allocation: on_demand))"
     ) in words["on_demand"]
 
 
@@ -505,7 +505,7 @@ def test_speculative_rounds_reserve_under_an_on_demand_stack() -> None:
     assert summary.kv_pool is not None and summary.kv_pool.preemptions is None
     assert "preemptions" not in summary.to_dict()["kv_pool"]
     scenario = runs["on_demand"].scenario
-    assert not runs["on_demand"].placement.kv_pool.gives_on_demand()
+    assert not runs["on_demand"].placement.kv_pool.gives_on_demand("mixed")
     assert "each request reserves its prompt and output tokens at admission" in (
         capacity_words(scenario, 1, 1)
     )
@@ -518,7 +518,17 @@ def test_a_speculative_pools_refusal_says_it_reserves() -> None:
 
     scenario = api.load(SPECDEC, {**TIGHT_SPECDEC, "stack.kv_allocation": "on_demand"})
     pool = PagedKV(page_tokens=16, pages=20, slot_tokens=1 << 20, on_demand=True, step_tokens=5)
-    assert not pool.gives_on_demand() and not pool.gives_on_demand("decode")
+    assert not pool.gives_on_demand("mixed") and not pool.gives_on_demand("decode")
     with pytest.raises(ConfigError) as refused:
         check_pool(scenario, pool, np.array([64]), np.array([300]))
     assert "could never be admitted" in str(refused.value)
+
+
+def test_static_slots_never_give_pages_on_demand_whatever_kv_allocation_says() -> None:
+    """``kv_allocation`` is read only with pages: a static-slot stack set to on_demand
+    reserves as it always did (``StackConfig.pages_on_demand``, the one reading)."""
+    from rdu_sim.compiler.placement import pages_on_demand
+
+    static = api.load("llama3.1-8b-1socket", {"stack.kv_allocation": "on_demand"})
+    assert not static.stack.dynamic_batch
+    assert not static.stack.pages_on_demand and not pages_on_demand(static)

@@ -381,7 +381,7 @@ def admission_words(scenario: Scenario) -> str:
     if pages_on_demand(scenario):
         share = human.percent(scenario.stack.kv_watermark)
         return (
-            f"each request admitted on its {reserved_words(scenario, output=False)}' pages, "
+            f"each request admitted on the pages of its {reserved_words(scenario, output=False)}, "
             f"leaving the stack's kv_watermark ({share} of the pool) free; the stack gives "
             "pages on demand as requests decode, preempting when they run out "
             "(kv_allocation: on_demand)"

@@ -404,8 +404,9 @@ class StackConfig(StrictModel):
     @property
     def pages_on_demand(self) -> bool:
         """Whether the stack gives a paged pool's pages on demand (``kv_allocation``), on the
-        servers `kv.paged.gives_on_demand` says."""
-        return self.kv_allocation == "on_demand"
+        servers `kv.paged.gives_on_demand` says; never without pages (static slots hold a
+        whole sequence each, whatever ``kv_allocation`` says)."""
+        return self.dynamic_batch and self.kv_allocation == "on_demand"
 
     @property
     def dynamic_batch(self) -> bool:

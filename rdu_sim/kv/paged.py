@@ -49,7 +49,7 @@ class PagedKV:
     def __reduce__(self) -> Reduced:
         return by_fields(self)
 
-    def gives_on_demand(self, role: str = "mixed") -> bool:
+    def gives_on_demand(self, role: str) -> bool:
         """Whether this pool gives pages on demand on a server of ``role``
         (:func:`gives_on_demand`)."""
         return gives_on_demand(self.on_demand, role, self.step_tokens)

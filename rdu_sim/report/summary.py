@@ -393,7 +393,7 @@ def kv_pool_summary(run: ServingRun, makespan: float) -> KVPoolSummary | None:
         smallest_request_pages=smallest_request_pages(run.scenario),
         peak_pages=counts.kv_pages_peak,
         mean_pages=rounded_float(mean),
-        preemptions=counts.preemptions if pool.gives_on_demand() else None,
+        preemptions=counts.preemptions if pool.gives_on_demand(run.scenario.role) else None,
     )
 
 
