@@ -49,6 +49,7 @@ from rdu_sim.cluster.traffic import (
 )
 from rdu_sim.compiler.errors import CapacityError
 from rdu_sim.compiler.program import Placement
+from rdu_sim.compiler.view import compile_role
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
@@ -270,15 +271,22 @@ def _in_pool(exc: E, cluster: ClusterScenario, pool: PoolScenario) -> E:
     return named
 
 
+def _same_compile(one: Scenario, other: Scenario) -> bool:
+    """Whether two pools' scenarios compile alike: equal but for a role the compile does not
+    see (`compiler.view.compile_role`)."""
+    return one == replace(other, role=one.role) and compile_role(one) == compile_role(other)
+
+
 def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> list[PoolResolved]:
     """Each pool's batch slots, memory plan, KV policy and shared step function."""
-    # per distinct workload: its backend (the engine's own, unless one is given) and one memo
-    # of step times for every replica of every pool running it
+    # per distinct compile: its backend (the engine's own, unless one is given) and one memo
+    # of step times for every replica of every pool running it (pools of one workload whose
+    # roles the compile tells apart, `compiler.view.compile_role`, each their own)
     shared: list[tuple[Scenario, Backend, StepTimes]] = []
     resolved: list[PoolResolved] = []
     for pool in cluster.pools:
         scenario = pool.scenario
-        found = next(((b, t) for s, b, t in shared if s == replace(scenario, role=s.role)), None)
+        found = next(((b, t) for s, b, t in shared if _same_compile(s, scenario)), None)
         if found is None:
             pool_backend = backend or EngineBackend()
             found = (pool_backend, StepTimes(partial(pool_backend.step_cost, scenario)))

@@ -199,6 +199,19 @@ def test_batch_auto_follows_the_rule_of_the_pool_a_role_runs(tmp_path: Path) -> 
     prefill = resolve_batch_slots(replace(lone, role="prefill"), EngineBackend())[1]
     assert pools["prefill"].runtime.config.batch_slots == prefill == 137
     assert reserves < prefill
+    # each role compiles apart here, so each pool's steps are its own compiler's
+    assert pools["prefill"].runtime.step_times is not pools["decode"].runtime.step_times
+
+
+def test_pools_of_one_workload_share_step_times_where_their_compile_is_one() -> None:
+    """Static slots: a disaggregated cluster's prefill and decode pools (one workload) share
+    one memo of step times, as their compile is one (`compiler.view.compile_role`)."""
+    from rdu_sim.api_cluster import resolve_pools
+    from rdu_sim.cluster import load_cluster
+
+    pools = resolve_pools(load_cluster(REPO / "workloads/clusters/llama3.1-8b-disaggregated.yaml"))
+    assert [p.pool.name for p in pools] == ["prefill", "decode"]
+    assert pools[0].runtime.step_times is pools[1].runtime.step_times
 
 
 def test_a_pools_role_splits_its_compile_only_where_it_sizes_the_pool() -> None:

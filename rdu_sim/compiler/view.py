@@ -169,9 +169,7 @@ def compile_view(scenario: Scenario) -> CompileView:
         "model": scenario.model.model_dump(mode="json"),
         "files": [scenario.workload_file, scenario.hardware_file],
         "draft": None if draft is None else draft.digest,
-        # the role changes a compile only where it sizes a paged pool's requests
-        # (`kv.paged.role_sizes_pool`): elsewhere a cluster's pools share programs
-        "role": scenario.role if _role_sizes_pool(scenario) else None,
+        "role": compile_role(scenario),
     }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
     viewed = Scenario(
@@ -192,8 +190,11 @@ def compile_view(scenario: Scenario) -> CompileView:
     return CompileView(viewed, hashlib.sha256(text.encode()).hexdigest())
 
 
-def _role_sizes_pool(scenario: Scenario) -> bool:
-    """Whether ``scenario``'s role changes its paged pool's sizing (`kv.paged.role_sizes_pool`;
-    static slots: never)."""
+def compile_role(scenario: Scenario) -> str | None:
+    """The server's role as its compile sees it: the role where it sizes a paged pool's
+    requests (`kv.paged.role_sizes_pool`; static slots never), else None, so a cluster's
+    pools of one workload share programs and step times whatever their roles."""
     stack = scenario.stack
-    return stack.dynamic_batch and role_sizes_pool(scenario.role, stack.pages_on_demand)
+    if stack.dynamic_batch and role_sizes_pool(scenario.role, stack.pages_on_demand):
+        return scenario.role
+    return None
