@@ -62,7 +62,7 @@ HOST_DIFFERS = 0.01
 """From this share of the shorter step, a difference between the columns' host time (what
 the serving stack's host adds to the device's step, ``runtime_s``: a stack's, never the
 hardware's) is named in the verdict as a factor of its own, with the step each device takes
-without it: a stack that adds 1.65 ms to one column's 18.5 ms step and nothing to the
+without it: a stack that adds 1.73 ms to one column's 18.5 ms step and nothing to the
 other's is part of the ratio the hardware does not explain."""
 
 
@@ -383,7 +383,7 @@ def _host(a: Column, b: Column) -> str:
     """The host time each serving stack adds to its column's step, as a factor of its own,
     when the two differ by :data:`HOST_DIFFERS` of the shorter step and neither step is
     bound by it (then the bound's words name it): ``; host time, a factor of its own: the
-    serving stacks add 0 s vs 1.65 ms to their steps (none vs sambastack-2025; 0.0% vs 8.9%
+    serving stacks add 0 s vs 1.73 ms to their steps (none vs sambastack-2025; 0.0% vs 8.9%
     of them), and on the device alone its step takes 0.23x as long (3.86 ms vs 16.8 ms)``;
     nothing otherwise."""
     if "host" in (a.bound, b.bound) or a.step_s is None or b.step_s is None:

@@ -179,7 +179,7 @@ def bound_label(limit_s: float, step_s: float) -> str:
 def others_alone(
     times: Mapping[str, float], bound: str, notes: Mapping[str, str] | None = None
 ) -> str:
-    """The other resources' times alone, in words (``hbm 10 ms, host 1.65 ms``, the order of
+    """The other resources' times alone, in words (``hbm 10 ms, host 1.73 ms``, the order of
     :data:`RESOURCES`; ``nothing else`` when none takes time): what the binding resource's
     share of a step leaves to name; a resource in ``notes`` has its note after its time
     (``compute 731 us (PCU busy 658 us ...)``, :func:`compute_note`)."""
