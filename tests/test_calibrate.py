@@ -467,3 +467,24 @@ def test_a_calibration_that_fails_before_its_first_simulation_leaves_no_empty_ca
     result = CliRunner().invoke(cli, ["calibrate", str(path), "--fit", fit, "-o", str(kept)])
     assert result.exit_code == 2, result.output
     assert (kept / "evaluations.jsonl").is_file()  # not this run's to remove
+
+
+def test_targets_far_off_beside_a_value_held_at_its_bound_are_said(tmp_path: Path) -> None:
+    """Rows measured with 10 ms of host time a step, fitted within 0..1 ms: the value is
+    held at its high bound and the rows miss by far more than noise; the report says that
+    the bound may be what holds the fit back (``FitResult.bound_lines``). Within its bounds
+    the same fit says nothing of the kind."""
+    from rdu_sim.validate.fit_result import FAR_OFF
+
+    path = _measured(tmp_path, ["stack.host.serial_per_step=0.01"])
+    held = Calibration(_problem([path], ["stack.host.serial_per_step=0:1ms"])).fit(30)
+    name = held.parameters[0].name
+    far = [r for r in held.results if abs(r.relative_error) >= FAR_OFF]
+    assert held.values[0] == 1e-3 and len(far) == len(held.results) == 4
+    worst = max(far, key=lambda r: abs(r.relative_error))
+    (line,) = held.bound_lines()
+    assert line.startswith(f"at its high bound: {name} = 1 ms, and 4 fitted targets it ")
+    assert f"are 50.0% off or more (worst {worst.target.id}, -" in line
+    assert "the bound may be what holds the fit back (widen it to see)" in line
+    free = Calibration(_problem([path], ["stack.host.serial_per_step=0:20ms"])).fit(30)
+    assert free.bound_lines() == []

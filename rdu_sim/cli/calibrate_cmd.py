@@ -652,7 +652,7 @@ def _print(result: FitResult, files: dict[Path, str]) -> None:
     for i in range(len(result.parameters)):
         status = _status(result, i)
         click.echo(f"{status}{':' if status != 'fitted' else ''} {result.described(i)}")
-    for line in result.trade_off_lines():
+    for line in [*result.trade_off_lines(), *result.bound_lines()]:
         click.echo(line)
     for path in files:
         click.echo(f"wrote {path}")

@@ -205,6 +205,33 @@ class FitResult:
             for t in self.identification.trade_offs
         ]
 
+    def bound_lines(self) -> list[str]:
+        """One line per value held at a bound that fitted targets it reaches miss by
+        :data:`FAR_OFF` or more, for people: the bound, not the targets, may be what stops
+        the fit there."""
+        lines = []
+        for i, (one, value) in enumerate(zip(self.parameters, self.values, strict=True)):
+            side = at_bound(one.parameter, value)
+            if side is None or self.is_left_out(i):
+                continue
+            far = [
+                r
+                for r in self._chosen("fitted", (i,))
+                if not r.passed and abs(r.relative_error) >= FAR_OFF
+            ]
+            if not far:
+                continue
+            worst = max(far, key=lambda r: abs(r.relative_error))
+            lines.append(
+                f"at its {side} bound: {one.name} = {self.texts[i]}, and "
+                f"{human.count(len(far), 'fitted target')} it reaches "
+                f"{'is' if len(far) == 1 else 'are'} {human.percent(FAR_OFF)} off or more "
+                f"(worst {worst.target.id}, {human.percent(worst.relative_error, signed=True)}"
+                "): the bound may be what holds the fit back (widen it to see), or the model "
+                "lacks what they measure"
+            )
+        return lines
+
     def _chosen(self, role: str, reaching: Collection[int] | None) -> list[TargetResult]:
         """The targets of ``role`` (``ROLES``), of those a parameter of ``reaching`` reaches
         when given."""
@@ -287,6 +314,10 @@ class FitResult:
             "groups": [stop.to_dict(self.parameters) for stop in self.stops],
         }
 
+
+FAR_OFF = 0.5
+"""How far off (``|relative_error|``) a fitted target is said beside a value held at a bound
+that reaches it (``FitResult.bound_lines``): past it, the bound is a likelier stop than noise."""
 
 SLOPE_STEP = 1e-3
 """The fit's step for its slopes, as a share of a parameter's span (scipy's ``diff_step`` on
