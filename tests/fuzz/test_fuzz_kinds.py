@@ -50,14 +50,14 @@ VALUES = st.one_of(NUMBERS, JUNK)
 
 def _timed_check(path: Path) -> ConfigError | None:
     """`rdu-sim check`'s verdict on one file: None (accepted) or its ConfigError."""
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         check_file(path)
     except ConfigError as exc:
         assert all(issue.file for issue in exc.issues)
         return exc
     finally:
-        assert time.perf_counter() - start < SECONDS, path
+        assert time.process_time() - start < SECONDS, path
     return None
 
 
@@ -84,7 +84,7 @@ def test_a_mutated_config_json_is_a_model_or_an_error_naming_a_key(
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     layers = data.get("num_hidden_layers")
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         arch = read_config_json(path)
     except ConfigError as exc:
@@ -100,7 +100,7 @@ def test_a_mutated_config_json_is_a_model_or_an_error_naming_a_key(
         dense = data.get("mlp_only_layers")
         if data.get("model_type") == "qwen3_moe" and isinstance(dense, list):
             assert all(not arch.moe_layer_flags()[i] for i in dense)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 # --- cluster files (and speculation or CoE inside a pool) ---

@@ -44,7 +44,7 @@ hostile_text = st.one_of(
 @SETTINGS
 @given(text=hostile_text)
 def test_any_text_is_a_value_or_a_unit_error_in_linear_time(text: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     for parse in PARSERS:
         try:
             value = parse(text)
@@ -54,7 +54,7 @@ def test_any_text_is_a_value_or_a_unit_error_in_linear_time(text: str) -> None:
             assert len(text) <= MAX_QUANTITY_CHARS
             assert math.isfinite(value)
     split_quantity(text * 3)  # the scanner alone, no length cap
-    assert time.perf_counter() - start < 0.2
+    assert time.process_time() - start < 0.2
 
 
 @SETTINGS

@@ -1,6 +1,8 @@
 """Fuzz: config files and `--set` values. Any bytes are data or one ConfigError, fast; alias
 graphs are refused exactly when their expanded size passes the limit; integer literals
-in every YAML base are their value or refused by length; a repeated key names both lines."""
+in every YAML base are their value or refused by length; a repeated key names both lines.
+"Fast" is this process's CPU time (as in every fuzz module): a wall-clock bound failed when
+the suite shared two cores with other work."""
 
 from __future__ import annotations
 
@@ -35,14 +37,14 @@ FRAGMENTS = [
 def _read(tmp_path: Path, payload: bytes) -> object:
     path = tmp_path / "f.yaml"
     path.write_bytes(payload)
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         return read_yaml(path)
     except ConfigError as exc:
         assert all(len(str(issue)) < 2500 for issue in exc.issues)
         return exc
     finally:
-        assert time.perf_counter() - start < 1.0
+        assert time.process_time() - start < 1.0
 
 
 @SETTINGS
@@ -73,14 +75,14 @@ def _expanded(fan_out: int, depth: int) -> int:
 def test_alias_graphs_are_refused_exactly_past_the_limit(fan_out: int, depth: int) -> None:
     lines = [f"a0: &a0 [{', '.join(['x'] * fan_out)}]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan_out)}]" for i in range(1, depth + 1)]
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         load_yaml("\n".join(lines) + "\n")
         refused = False
     except ValueError as exc:
         assert "aliases are expanded" in str(exc)
         refused = True
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     assert refused == (_expanded(fan_out, depth) > MAX_NODES)
 
 
@@ -154,9 +156,9 @@ VALUES = st.one_of(
 @settings(max_examples=120, deadline=None, derandomize=True, database=None)
 @given(path=PATHS, value=VALUES)
 def test_any_override_is_a_scenario_or_an_input_error(path: str, value: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         load_scenario(LLAMA, [f"{path}={value}"])
     except InputError as exc:
         assert path.removeprefix("hw.").split(".")[0] in str(exc) or "--set" in str(exc)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
