@@ -513,11 +513,18 @@ def _with_expert_counts(workload: WorkloadConfig, file: str, lines: LineMap) -> 
     load = workload.experts.load
     if not isinstance(load, CountsLoad) or load.file is None:
         return workload
-    path = shipped.written_in(file, load.file)
+    near = shipped.written_in(file, load.file)
+    try:
+        path = shipped.near_or_here(near, load.file) or near
+    except (OSError, ValueError):
+        path = near
     fail = _failing(file, lines)
     problem = file_problem(path)
     if problem is not None:
-        raise fail("experts.load.file", f"{str(path)!r}: {problem} (relative to the workload)")
+        raise fail(
+            "experts.load.file",
+            f"{str(path)!r}: {problem} (relative to the workload, else to the current folder)",
+        )
     text = read_text_file(path, MAX_COUNTS_BYTES, "expert counts")
     counts: list[float] = []
     for number, raw in enumerate(text.splitlines(), start=1):

@@ -119,6 +119,20 @@ def test_counts_from_a_file_and_their_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found") as caught:
         api.load(DEEPSEEK, {**EP16, "experts.load": {"dist": "counts", "file": "nope.txt"}})
     assert caught.value.issues[0].field == "experts.load.file"
+    assert "(relative to the workload, else to the current folder)" in str(caught.value)
+
+
+def test_a_counts_file_set_on_a_shipped_workload_is_read_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--set experts.load={dist: counts, file: mine.txt}`` on a shipped workload: the file
+    is not beside the workload (inside the package), so it is the one in the current folder,
+    as a trace set the same way is (``shipped.near_or_here``)."""
+    (tmp_path / "mine.txt").write_text("\n".join(["10"] * 255 + ["2000"]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    sets = {**EP16, "experts.load": {"dist": "counts", "file": "mine.txt"}}
+    load = api.load(DEEPSEEK, sets).workload.experts.load
+    assert getattr(load, "counts", None) == [10.0] * 255 + [2000.0]
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ most. ``experts.load`` says how often each expert is chosen (its share of the to
 pairs): ``uniform``; ``zipf`` (expert of popularity rank r, from 0, chosen with weight
 1 / (r + 1)^exponent, the ranks dealt to the experts at random by ``seed``, since how hot an
 expert is has nothing to do with its number); or ``counts``, a measured count per expert
-(inline, or a file of one count per line, relative to the workload). ``experts.redundant``
-copies of the hottest experts (DeepSeek's EPLB) and ``experts.placement`` decide which device
-holds what (``compiler.expert_load``).
+(inline, or a file of one count per line, relative to the workload, else to the current
+folder). ``experts.redundant`` copies of the hottest experts (DeepSeek's EPLB) and
+``experts.placement`` decide which device holds what (``compiler.expert_load``).
 """
 
 from typing import Annotated, Literal, Self
@@ -52,7 +52,8 @@ class CountsLoad(StrictModel):
         default=None,
         min_length=1,
         description="a text file of one count per expert per line, relative to the workload "
-        "file (read into counts when the workload is loaded)",
+        "file, else to the current folder (a --set on a shipped workload); read into counts "
+        "when the workload is loaded",
     )
 
     @model_validator(mode="after")

@@ -326,15 +326,26 @@ def locate_near(near: Path, text: str, kinds: Sequence[str]) -> Path:
     file a bare ``text`` names, else ``near`` for the caller to report as missing (naming
     the field)."""
     try:
-        if near.exists() or near.is_symlink():  # a broken link: the loader names it
-            return _model_file(near, kinds)
-        here = Path(text)
-        if text and not here.is_absolute() and (here.exists() or here.is_symlink()):
-            return _model_file(here, kinds)
+        existing = near_or_here(near, text)
+        if existing is not None:
+            return _model_file(existing, kinds)
     except (OSError, ValueError):
         return near
     found = find(text, kinds) if is_bare(text) else None
     return found if found is not None else near
+
+
+def near_or_here(near: Path, text: str) -> Path | None:
+    """The file a config file names as ``text``: ``near`` (``text`` relative to that file)
+    when it exists, else ``text`` relative to the current folder when that exists (a
+    ``--set`` naming a file of the user's on a shipped workload); a broken link counts as
+    existing, for the loader to name as one; None when neither exists."""
+    if near.exists() or near.is_symlink():
+        return near
+    here = Path(text)
+    if text and not here.is_absolute() and (here.exists() or here.is_symlink()):
+        return here
+    return None
 
 
 def trace_path(base_dir: str | Path, trace: str) -> Path:
