@@ -1026,3 +1026,42 @@ def test_the_default_stack_compare_gives_a_system_is_blamed_on_its_hardware() ->
     assert "stack.kv_page_tokens:" not in said
     said = does_not_fit("stack=vllm-2024")
     assert f"does not fit: {workload}: stack.kv_page_tokens: cannot fit" in said
+
+
+def test_the_verdict_names_the_experts_load_where_it_moves_a_phase() -> None:
+    """DeepSeek-R1 on 16 sockets, attention data-parallel and experts over every socket,
+    routed uniformly against a zipf of exponent 1.2: the busiest device's prefill takes
+    4.48x the mean token-expert pairs against 1.01x, and the prefill 2.66x as long; the
+    verdict names the load as a factor of its own there. The decode step streams every
+    expert whatever the routing (static loading): equal steps, the load not named there."""
+    sets = {
+        "hardware": "sn40l-16",
+        "dtypes.weights": "fp8_block",
+        "parallelism": {"tp": 1, "dp_attention": 16, "ep": 16},
+        "moe_expert_loading": "static",
+        "kv.context_buckets": [8192],
+        "serving.max_context": 8192,
+        "serving.prompt_tokens": 2048,
+        "serving.output_tokens": 512,
+        "serving.batch_slots": 16,
+    }
+    result = compare(
+        "workloads/deepseek-r1-128k-full.yaml",
+        [],
+        sets,
+        vary=["experts.load={dist: zipf, exponent: 1.2, seed: 0},{dist: uniform}"],
+    )
+    skewed, uniform = result.columns
+    assert skewed.prefill_expert_imbalance is not None and uniform.expert_imbalance is not None
+    assert skewed.prefill_expert_imbalance > 4 > 1.1 > uniform.prefill_expert_imbalance
+    (verdict,) = result.verdicts  # the faster first: uniform's against the zipf's
+    prefill, decode = verdict.split("; in decode, ")
+    assert prefill.startswith(f"{uniform.label} serves ")
+    assert (
+        "; expert load, a factor of its own: the busiest device takes "
+        f"{human.ratio(uniform.prefill_expert_imbalance)} the mean token-expert pairs vs "
+        f"{human.ratio(skewed.prefill_expert_imbalance)} (experts.load, experts.placement, "
+        "experts.redundant))"
+    ) in prefill
+    assert skewed.step_s == pytest.approx(uniform.step_s, rel=0.01)
+    assert "expert load" not in decode

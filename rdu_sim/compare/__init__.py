@@ -582,7 +582,16 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         flops=bound.flops,
         runtime_s=bound.runtime_s,
         pipeline_bubble=bound.bubble,
+        expert_imbalance=_imbalance(timing),
+        prefill_expert_imbalance=_imbalance(first),
     )
+
+
+def _imbalance(timing: StepTiming) -> float | None:
+    """The busiest device's routed pairs over the mean in a step (``expert_balance``), None
+    without one."""
+    balance = timing.expert_balance
+    return None if balance is None else balance.imbalance
 
 
 def _dtypes(scenario: Scenario) -> dict[str, str]:

@@ -129,6 +129,11 @@ class Column:
     # a pipelined decode step's bubble, its stages' idle share (``report.bound``); None
     # without a pipeline
     pipeline_bubble: float | None = None
+    # the busiest device's token-expert pairs over the mean (``ExpertLoad.imbalance``: the
+    # experts' load and placement) in the decode step and in the typical prefill step; None
+    # where no routed experts are spread over devices
+    expert_imbalance: float | None = None
+    prefill_expert_imbalance: float | None = None
     # speculation's draft model, whose part compare does not time (``why.not_compared``);
     # None without a draft
     draft: str | None = None

@@ -376,7 +376,8 @@ def not_compared(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
 def _step_why(a: Column, b: Column) -> str:
     """Why ``a``'s decode step takes what it takes against ``b``'s: what binds each, and
     the serving stacks' host time apart when it differs (:func:`_host`)."""
-    return _device_why(a, b) + _host(a, b)
+    assert a.step_s is not None and b.step_s is not None
+    return _device_why(a, b) + _host(a, b) + _experts(a, b, "decode", (a.step_s, b.step_s))
 
 
 def _host(a: Column, b: Column) -> str:
@@ -403,6 +404,36 @@ def _host(a: Column, b: Column) -> str:
         f"vs {human.duration(host_b)} to their steps ({a.stack or '?'} vs {b.stack or '?'}; "
         f"{human.percent(host_a / a.step_s)} vs {human.percent(host_b / b.step_s)} of them)"
         f"{alone}"
+    )
+
+
+EXPERTS_DIFFER = 0.1
+"""From this relative difference between the columns' expert imbalance (the busiest device's
+token-expert pairs over the mean), and as much between the times they explain, the verdict
+names the experts' load as a factor of its own (:func:`_experts`)."""
+
+
+def _experts(a: Column, b: Column, phase: str, times: tuple[float, float]) -> str:
+    """The experts' load as a factor of its own when the columns' busiest devices differ by
+    :data:`EXPERTS_DIFFER` or more in ``phase`` (``decode`` or ``prefill``) and so do its
+    ``times`` (a step that streams every expert whatever the routing is not moved by it):
+    ``; expert load, a factor of its own: the busiest device takes 4.48x the mean
+    token-expert pairs vs 1.00x (experts.load, experts.placement, experts.redundant)``;
+    nothing otherwise."""
+    if phase == "decode":
+        mine, theirs = a.expert_imbalance, b.expert_imbalance
+    else:
+        mine, theirs = a.prefill_expert_imbalance, b.prefill_expert_imbalance
+    if mine is None or theirs is None:
+        return ""
+    if max(mine, theirs) < (1 + EXPERTS_DIFFER) * min(mine, theirs):
+        return ""
+    if max(times) < (1 + EXPERTS_DIFFER) * min(times):
+        return ""
+    return (
+        f"; expert load, a factor of its own: the busiest device takes {human.ratio(mine)} "
+        f"the mean token-expert pairs vs {human.ratio(theirs)} (experts.load, "
+        "experts.placement, experts.redundant)"
     )
 
 
@@ -554,11 +585,12 @@ def _prefill_why(a: Column, b: Column) -> str:
     # packed, a request's time is its share of the step, not its prompt's alone (that row)
     subject = "each request's prefill" if alone else "each request's share of a prefill step"
     mine, theirs = _per_request(a), _per_request(b)
+    experts = _experts(a, b, "prefill", (mine, theirs))
     return (
         f"{subject} ({prompt}{packed}) takes "
         f"{human.ratio(mine / theirs)} as long ({human.duration(mine)} vs "
-        f"{human.duration(theirs)}; {_prefill_bounds(a, b)}) beside its {outputs} output "
-        "tokens' decode steps"
+        f"{human.duration(theirs)}; {_prefill_bounds(a, b)}{experts}) beside its {outputs} "
+        "output tokens' decode steps"
     )
 
 
