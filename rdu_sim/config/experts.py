@@ -98,7 +98,9 @@ class ExpertsConfig(StrictModel):
     def _redundant_needs_balance(self) -> Self:
         if self.redundant and self.placement == "in_order":
             raise FieldProblem(
-                "redundant", "copies are placed by a load balancer: set experts.placement: balanced"
+                "redundant",
+                "copies are placed by a load balancer over whole experts: set "
+                "experts.placement: balanced (with expert parallelism, parallelism.ep > 1)",
             )
         return self
 
