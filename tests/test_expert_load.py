@@ -142,7 +142,7 @@ def test_a_counts_file_set_on_a_shipped_workload_is_read_from_the_current_folder
         ({**EP16, "experts.redundant": 3, "experts.placement": "balanced"}, "experts.redundant",
          "do not fill the 16 devices evenly"),
         ({**EP16, "experts.redundant": 16}, "experts.redundant",
-         "balanced (with expert parallelism, parallelism.ep > 1)"),
+         "balanced \\(with expert parallelism, parallelism.ep > 1\\)"),
         ({**EP16, "experts.load": {"dist": "zipf", "exponent": -1}}, "experts.load.exponent",
          "must be at least 0, got -1"),
         ({**EP16, "experts.load": {"dist": "counts"}}, "experts.load",
