@@ -29,7 +29,10 @@ would leave the slower network port idle while they drain (the same rotation for
 socket, so the peers at each position are still a permutation). ``symmetric=True``
 simulates socket 0's sends: by the relabelling symmetry every socket does the same at the
 same instants, so socket 0 holds its rail peers' tokens (its peers' partial results) exactly
-when its own sends of that phase have arrived. Exact against all sockets (tests). A send to
+when its own sends of that phase have arrived. Exact against all sockets (tests). Every
+send waits for its first port through ``Topology.send_by_age``: a piece's second hop, issued
+once its first has arrived, goes ahead of younger pieces still waiting there
+(``hw.port_queue``; under a bare FIFO a faster network could queue it behind them). A send to
 another node goes through the ports ``Topology.send`` gives it (through the in-node port first
 when the network is reached through it), and :func:`estimate` simulates the same sends, in
 the same pieces, alone on idle links.
@@ -124,8 +127,10 @@ def all_to_all(topo: Topology, call: AllToAll) -> Event:
             for j, _ in plans[r].first:
                 first_in[j] += 1
 
+    age = float(env.now)  # every hop of this call's pieces: when they were handed over
+
     def send(r: int, j: int, nbytes: float) -> Event:
-        event = topo.send(ids[r], ids[j], nbytes, call.tag)
+        event = topo.send_by_age(ids[r], ids[j], nbytes, age, call.tag)
         event.add_callback(lambda _e: finished.tick())
         return event
 

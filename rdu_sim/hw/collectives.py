@@ -61,6 +61,7 @@ from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.hw.link_chains import Hop, LinkChains, hop_of
 from rdu_sim.hw.p2p_link import P2PLink
 from rdu_sim.hw.p2p_link import series as ports_in_series
+from rdu_sim.hw.port_queue import PortQueue
 from rdu_sim.pickled import Reduced, by_fields
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
@@ -164,6 +165,8 @@ class Topology:
         self.fast_chains = True
         self.chains = LinkChains(env)
         self._hops: dict[tuple[int, int], Hop] = {}  # (src, dst) -> its link direction
+        # sends served oldest piece first, by the port direction they enter (``send_by_age``)
+        self.queues: dict[tuple[P2PLink, int], PortQueue] = {}
 
     def same_node(self, i: int, j: int) -> bool:
         """True when sockets i and j sit in the same node."""
@@ -236,6 +239,19 @@ class Topology:
             ev = link.transfer(nbytes, direction, tag)
         self.chains.resume()
         return ev
+
+    def send_by_age(
+        self, src: int, dst: int, nbytes: float, age: float, tag: str | None = None
+    ) -> Event:
+        """:meth:`send` once the first port it crosses (``via``'s, else its own) is free and
+        no older send waits for that port: waiting sends are served oldest piece first,
+        ``age`` the time its piece was handed to the links (``hw.port_queue``)."""
+        via = self.via(src, dst) if self.series else None
+        key = (via, 0) if via is not None else self.link(src, dst)
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = PortQueue(self.env, key[0], key[1], self.chains)
+        return queue.send(age, lambda: self.send(src, dst, nbytes, tag))
 
     def directions(self) -> list[tuple[P2PLink, int, int]]:
         """(link, direction, sending socket) for every link direction created so far."""
