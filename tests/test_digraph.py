@@ -107,6 +107,26 @@ def test_adding_again_updates_attributes_and_shares_the_edge_dict() -> None:
         graph.nodes["c"] = {}  # type: ignore[index]
 
 
+def test_the_kept_topological_order_follows_every_node_and_edge_added() -> None:
+    """``topological_order`` is kept between calls, and a node or an edge added after one
+    is in the next (attributes changed alone keep it: they order nothing)."""
+    graph = DiGraph(name="g")
+    graph.add_edge("b", "c")
+    graph.add_node("a")
+    assert graph.topological_order() == ("b", "c", "a")
+    graph.add_edge("a", "c")
+    assert graph.topological_order() == ("b", "a", "c")
+    graph.add_node("d")
+    assert graph.topological_order() == ("b", "a", "c", "d")
+    kept = graph.topological_order()
+    graph.add_node("a", op=1)
+    graph.add_edge("b", "c", tensors=["x"])
+    assert graph.topological_order() is kept
+    graph.add_edge("c", "b")
+    with pytest.raises(ValueError, match="has a cycle"):
+        graph.topological_order()
+
+
 @pytest.mark.parametrize(
     "workload", ["deepseek-r1-128k-snapstream", "llama3.1-8b-8socket", "qwen3-235b-a22b-16socket"]
 )
@@ -121,3 +141,4 @@ def test_every_layer_graph_sorts_as_networkx_does(workload: str) -> None:
         rank = {name: i for i, name in enumerate(graph)}.__getitem__
         expected = list(nx.lexicographical_topological_sort(theirs, key=rank))
         assert list(topological_sort(graph, rank)) == expected
+        assert list(graph.topological_order()) == expected

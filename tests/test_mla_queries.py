@@ -225,6 +225,40 @@ def test_the_compiler_chooses_per_program_by_cost() -> None:
     assert gather in _stages(over, StepShape("decode", capacity + 1, 1, 32768))
 
 
+def test_a_compiler_asks_each_inventory_and_query_choice_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch capacity, the plan's whole_queries, its memory plan and the Program of a
+    shape share their answers (`placement.PlanFacts`, the compiler's replicate choices):
+    the slices' and the whole weights' one-slot inventories, the largest decode step's
+    choice and the Program's step's, each computed once."""
+    from rdu_sim.compiler import compile as compile_module
+    from rdu_sim.compiler import placement as placement_module
+
+    asked: list[object] = []
+
+    def counted(name: str, module: object) -> None:
+        rule = getattr(module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            if name != "weight_inventory" or (len(args) < 3 and "kernels" not in kwargs):
+                asked.append((name, args[1:2] if name != "replicates" else (), *kwargs.items()))
+            return rule(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted("weight_inventory", placement_module)
+    counted("_replicates", placement_module)
+    counted("replicates", compile_module)
+    scenario = api.load(SNAP)
+    compiler = Compiler(scenario)
+    slots = compiler.batch_slots()
+    assert compiler.whole_queries(slots)
+    program = compiler.program(StepShape("decode", slots, 1, 32768))
+    compiler.queries(program.shape, slots)
+    assert len(asked) == len(set(map(repr, asked))) == 4, asked
+
+
 def test_the_two_estimates_differ_by_the_mechanisms_in_closed_form() -> None:
     """The compiler's two estimates of one step: replicating adds the query weights' extra
     reads at the HBM's sustained rate and their FLOPs at peak; gathering adds one all-gather

@@ -32,6 +32,10 @@ def test_each_shipped_file_has_one_kind_and_resolves_by_its_name() -> None:
     )
     assert shipped.kind_of(Path("workloads/sweeps/llama8b-batch.yaml")) == "sweep"
     assert shipped.kind_of(Path("tests/models/kimi-k2/config.json")) == "model"
+    # a folder's name as a prefix of another's is not that folder; a README is no kind
+    assert shipped.kind_of(Path("workloadsx/llama8b-batch.yaml")) is None
+    assert shipped.kind_of(Path("workloads/traces/mooncake-300.jsonl")) == "trace"
+    assert shipped.kind_of(Path("workloads/README.md")) is None
     assert shipped.locate("mooncake-300.jsonl", ("trace",)).name == "mooncake-300.jsonl"
     assert shipped.locate("qwen3-32b", ("model",)) == REPO / "tests/models/qwen3-32b/config.json"
     folder = REPO / "tests/models/qwen3-32b"

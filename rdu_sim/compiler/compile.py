@@ -56,6 +56,7 @@ from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
 from rdu_sim.compiler.layout import precision, shard_plan
 from rdu_sim.compiler.mla_queries import chooses_queries
 from rdu_sim.compiler.placement import (
+    PlanFacts,
     batch_capacity,
     hbm_fractions,
     plan_memory,
@@ -107,6 +108,7 @@ class Compiler:
         self.scenario = scenario
         self.timer = timer  # times a static MoE step's two expert schedules (expert_schedule)
         self._view: CompileView | None = None
+        self._facts: PlanFacts | None = None
         self._programs: dict[StepShape, Program] = {}
         # two-batch overlap's micro-batches (and whether they stream every expert)
         self._micro: dict[tuple[StepShape, bool], Program] = {}
@@ -114,6 +116,8 @@ class Compiler:
         self._capacity: int | None = None
         self._kernels: dict[tuple[StepShape, int, bool, bool, bool], list[KernelGraph]] = {}
         self._whole_queries: dict[tuple[int, int], bool] = {}
+        # whether a step of a shape (on a stage) replicates MLA's queries, given them whole
+        self._replicates: dict[tuple[StepShape, int], bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
         parallelism = scenario.workload.parallelism
@@ -127,6 +131,13 @@ class Compiler:
         if self._view is None:
             self._view = compile_view(self.scenario)
         return self._view
+
+    @property
+    def facts(self) -> PlanFacts:
+        """What the memory rules ask of the viewed scenario more than once (built once)."""
+        if self._facts is None:
+            self._facts = PlanFacts(self.view.scenario)
+        return self._facts
 
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
@@ -147,7 +158,11 @@ class Compiler:
             "capacity",
             (view.digest, _index(stage), self._wiring, runnable),
             lambda: batch_capacity(
-                view.scenario, stage=stage, system=self._system, runnable=runnable
+                view.scenario,
+                stage=stage,
+                system=self._system,
+                runnable=runnable,
+                facts=self.facts,
             ),
         )
 
@@ -178,6 +193,7 @@ class Compiler:
                         lambda shape: self.kernels(shape, stage, slots),
                         stage,
                         self._system,
+                        self.facts,
                     ),
                 )
             except SlotsCapacityError as exc:  # the view has no lines: the scenario's
@@ -193,7 +209,7 @@ class Compiler:
             self._whole_queries[key] = shared(
                 "whole_queries",
                 (view.digest, batch_slots, _index(stage), self._wiring),
-                lambda: whole_queries(view.scenario, batch_slots, stage, self._system),
+                lambda: whole_queries(view.scenario, batch_slots, stage, self._system, self.facts),
             )
         return self._whole_queries[key]
 
@@ -207,16 +223,18 @@ class Compiler:
         whole = self.whole_queries(batch_slots, stage)
         if not whole:
             return False, False
-        view = self.view
-        plan = replace(shard_plan(view.scenario, shape), whole_queries=True)
-        replicate = shared(
-            "replicates",
-            (view.digest, shape, _index(stage), self._wiring),
-            lambda: replicates(
-                view.scenario, step_groups(view.scenario, shape, stage), plan, self._system
-            ),
-        )
-        return True, replicate
+        key = (shape, _index(stage))
+        if key not in self._replicates:  # a step's choice, asked by every rule that shards it
+            view = self.view
+            plan = replace(shard_plan(view.scenario, shape), whole_queries=True)
+            self._replicates[key] = shared(
+                "replicates",
+                (view.digest, shape, _index(stage), self._wiring),
+                lambda: replicates(
+                    view.scenario, step_groups(view.scenario, shape, stage), plan, self._system
+                ),
+            )
+        return True, self._replicates[key]
 
     def program_queries(self, program: Program) -> tuple[bool, bool]:
         """`queries` of a Program this compiler made (with pipeline stages: of its first

@@ -55,7 +55,7 @@ from rdu_sim.compiler.program import (
     Tier,
     TierUsage,
 )
-from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate
+from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate, wiring_key
 from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
@@ -141,6 +141,40 @@ def weight_inventory(
         for key, (size, reads) in tensors.items()
         if size > 0
     ]
+
+
+class PlanFacts:
+    """What the memory rules ask of one scenario more than once, each computed once for the
+    holder: a decode step's weight inventory of one slot (`weight_inventory` of the slices,
+    or of MLA's query weights whole) and whether the largest decode step of some slots
+    replicates the queries (`_replicates`). The batch capacity, the plans' `whole_queries`
+    and the memory plans each ask them (~10 ms of a cold step: every answer shards the
+    step's graphs), so a Compiler keeps one for its scenario; a rule called without one
+    makes its own."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._inventories: dict[tuple[PipelineStage | None, bool], list[WeightTensor]] = {}
+        self._replicates: dict[tuple[int, PipelineStage | None, tuple[object, ...]], bool] = {}
+
+    def inventory(
+        self, stage: PipelineStage | None = None, whole_queries: bool = False
+    ) -> list[WeightTensor]:
+        """`weight_inventory` of one slot (a pipeline ``stage``'s), on a plan holding MLA's
+        query weights whole or their slices (the list is shared: read it, never change it)."""
+        key = (stage, whole_queries)
+        if key not in self._inventories:
+            self._inventories[key] = weight_inventory(
+                self.scenario, stage=stage, whole_queries=whole_queries
+            )
+        return self._inventories[key]
+
+    def replicates(self, slots: int, stage: PipelineStage | None, system: SystemConfig) -> bool:
+        """`_replicates` of ``slots`` slots (a pipeline ``stage``'s) on ``system``'s links."""
+        key = (slots, stage, wiring_key(system))
+        if key not in self._replicates:
+            self._replicates[key] = _replicates(self.scenario, slots, stage, system)
+        return self._replicates[key]
 
 
 def max_prompt_tokens(scenario: Scenario) -> int:
@@ -686,15 +720,17 @@ def plan_memory(
     kernels: KernelSource | None = None,
     stage: PipelineStage | None = None,
     system: SystemConfig | None = None,
+    facts: PlanFacts | None = None,
 ) -> Placement:
     """Place one socket's (of a pipeline ``stage``) weights, KV cache and activations for
     `batch_slots` slots (``kernels``: as for :func:`weight_inventory`, on this plan's
     `whole_queries`; ``system``: the links MLA's query choice weighs, by default the
-    scenario's)."""
+    scenario's; ``facts``: the scenario's, when its caller keeps them)."""
     if batch_slots < 1:
         raise ValueError(f"batch_slots must be >= 1, got {batch_slots}")
+    facts = PlanFacts(scenario) if facts is None else facts
     if kernels is None:
-        whole = whole_queries(scenario, batch_slots, stage, system)
+        whole = whole_queries(scenario, batch_slots, stage, system, facts)
 
         def kernels(shape: StepShape) -> list[KernelGraph]:
             return kernel_graphs(
@@ -706,7 +742,7 @@ def plan_memory(
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
-        pinned = _pinned(scenario, sum(w.bytes for w in weight_inventory(scenario, stage=stage)))
+        pinned = _pinned(scenario, sum(w.bytes for w in facts.inventory(stage)))
         pool = paged_kv(scenario, pool_pages(scenario, batch_slots, pinned, stage), stage)
         kv = pool.pages * pool.page_bytes
     else:
@@ -718,7 +754,7 @@ def plan_memory(
             *shrink_hints(scenario, kv=True, weights=False, slots=batch_slots),
         ]
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
-            w.bytes for w in weight_inventory(scenario, stage=stage)
+            w.bytes for w in facts.inventory(stage)
         )
         where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
         raise SlotsCapacityError.of(
@@ -799,7 +835,7 @@ def plan_memory(
         ),
         "ddr": TierUsage(capacity_bytes=ddr_cap, weights_bytes=in_ddr),
     }
-    replicas, replica_bytes = _replicas(scenario, inventory, stage)
+    replicas, replica_bytes = _replicas(facts, inventory, stage)
     return Placement(
         batch_slots=batch_slots,
         tiers=tiers,
@@ -812,15 +848,15 @@ def plan_memory(
 
 
 def _replicas(
-    scenario: Scenario, inventory: list[WeightTensor], stage: PipelineStage | None
+    facts: PlanFacts, inventory: list[WeightTensor], stage: PipelineStage | None
 ) -> tuple[tuple[str, ...], int]:
     """The weights of ``inventory`` held whole on every socket beyond the slices the layout
     gives them (MLA's query and value weights, when the plan holds them whole:
     `whole_queries`), by name, and those extra bytes per socket: measured against the
-    inventory of the slices."""
-    if not chooses_queries(scenario):
+    inventory of the slices (of the scenario of ``facts``)."""
+    if not chooses_queries(facts.scenario):
         return (), 0
-    slices = {w.key: w.bytes for w in weight_inventory(scenario, stage=stage)}
+    slices = {w.key: w.bytes for w in facts.inventory(stage)}
     grown = {w.key: w.bytes - slices.get(w.key, 0) for w in inventory}
     grown = {key: extra for key, extra in grown.items() if extra > 0}
     names = tuple(dict.fromkeys(key.split("/", 1)[-1] for key in grown))
@@ -882,7 +918,7 @@ def capacity_words(
         fit = f"at most {holds:,} fit {beside}; {picks} that{whole}"
     elif runs < stack.runnable_batch(holds):  # `_whole_queries_batch`
         them = whole.replace(WHOLE_QUERY_WEIGHTS, "them", 1)
-        most = _whole_slots(scenario, stage)
+        most = _whole_slots(PlanFacts(scenario), stage)
         runs_words = "" if runs == most else f" (its {_limit_words(scenario, most)})"
         fit = (
             f"at most {holds:,} fit {beside}; {picks} {runs:,}, the most the stack runs beside "
@@ -924,13 +960,12 @@ def whole_queries_words(
     clause, ``; 136 fit beside`` `WHOLE_QUERY_WEIGHTS` ``(...)``."""
     if not chooses_queries(scenario):
         return ""
-    whole = _whole_slots(scenario, stage)
+    facts = PlanFacts(scenario)
+    whole = _whole_slots(facts, stage)
     links = scenario.hardware.system if system is None else system
-    if not 0 < whole < holds or not _replicates(scenario, whole, stage, links):
+    if not 0 < whole < holds or not facts.replicates(whole, stage, links):
         return ""
-    names, extra = _replicas(
-        scenario, weight_inventory(scenario, stage=stage, whole_queries=True), stage
-    )
+    names, extra = _replicas(facts, facts.inventory(stage, whole_queries=True), stage)
     held = _decode_estimate(scenario, whole, stage, links, whole=True).time_s
     gathered = _decode_estimate(scenario, whole + 1, stage, links, whole=False).time_s
     return (
@@ -1030,12 +1065,12 @@ def _pinned(scenario: Scenario, total: int) -> int:
 
 
 def _pinned_weights(
-    scenario: Scenario, whole_queries: bool, stage: PipelineStage | None = None
+    facts: PlanFacts, whole_queries: bool, stage: PipelineStage | None = None
 ) -> int:
     """`_pinned` for the target's weights (a pipeline ``stage``'s) with MLA's query weights
-    whole or not."""
-    inventory = weight_inventory(scenario, stage=stage, whole_queries=whole_queries)
-    return _pinned(scenario, sum(w.bytes for w in inventory))
+    whole or not (of the scenario of ``facts``)."""
+    inventory = facts.inventory(stage, whole_queries)
+    return _pinned(facts.scenario, sum(w.bytes for w in inventory))
 
 
 def _fits(scenario: Scenario, slots: int, weights: int, stage: PipelineStage | None = None) -> bool:
@@ -1092,6 +1127,7 @@ def whole_queries(
     batch_slots: int,
     stage: PipelineStage | None = None,
     system: SystemConfig | None = None,
+    facts: PlanFacts | None = None,
 ) -> bool:
     """Whether the memory plan for ``batch_slots`` slots (of a pipeline ``stage``'s sockets)
     holds MLA's query and value weights (q_b_proj, kv_b_proj) whole on every socket: under the
@@ -1100,10 +1136,11 @@ def whole_queries(
     weights fit beside the slots in HBM."""
     if not chooses_queries(scenario):
         return False
+    facts = PlanFacts(scenario) if facts is None else facts
     links = scenario.hardware.system if system is None else system
-    if not _replicates(scenario, batch_slots, stage, links):
+    if not facts.replicates(batch_slots, stage, links):
         return False
-    return _fits(scenario, batch_slots, _pinned_weights(scenario, True, stage), stage)
+    return _fits(scenario, batch_slots, _pinned_weights(facts, True, stage), stage)
 
 
 def batch_capacity(
@@ -1113,6 +1150,7 @@ def batch_capacity(
     stage: PipelineStage | None = None,
     system: SystemConfig | None = None,
     runnable: bool = True,
+    facts: PlanFacts | None = None,
 ) -> int:
     """Most slots whose KV cache and activations fit in HBM beside the weights it pins (on a
     pipeline ``stage``'s sockets: its layers'), within the room the serving stack gives its KV
@@ -1124,10 +1162,11 @@ def batch_capacity(
     the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
 
     `strict` raises CapacityError when not even one slot fits (with the ways out);
-    otherwise 0 is returned.
+    otherwise 0 is returned. ``facts``: the scenario's, when its caller keeps them.
     """
+    facts = PlanFacts(scenario) if facts is None else facts
     hbm = scenario.hardware.hbm.capacity
-    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+    total = sum(w.bytes for w in facts.inventory(stage))
     target = min(total, pinned_limit(scenario))
     weights = _pinned(scenario, total)
 
@@ -1196,7 +1235,7 @@ def batch_capacity(
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
-    return _whole_queries_batch(scenario, stage, system) or scenario.stack.runnable_batch(
+    return _whole_queries_batch(facts, stage, system) or scenario.stack.runnable_batch(
         most_slots(fits)
     )
 
@@ -1225,25 +1264,26 @@ def _one_sequence_kv(scenario: Scenario, stage: PipelineStage | None) -> str:
 
 
 def _whole_queries_batch(
-    scenario: Scenario, stage: PipelineStage | None, system: SystemConfig | None
+    facts: PlanFacts, stage: PipelineStage | None, system: SystemConfig | None
 ) -> int:
     """The batch ``auto`` picks beside MLA's query weights held whole (the most of them the
     stack runs), when its decode step replicates the queries on ``system``'s links (default:
     the scenario's): fewer slots than beside the slices, but steps that make every head's
     queries instead of gathering them. 0 when the layout never holds them whole, or that
-    batch's step gathers (then the slices' count stands)."""
+    batch's step gathers (then the slices' count stands; of the scenario of ``facts``)."""
+    scenario = facts.scenario
     if not chooses_queries(scenario):
         return 0
-    beside = scenario.stack.runnable_batch(_whole_slots(scenario, stage))
+    beside = scenario.stack.runnable_batch(_whole_slots(facts, stage))
     links = scenario.hardware.system if system is None else system
-    return beside if beside and _replicates(scenario, beside, stage, links) else 0
+    return beside if beside and facts.replicates(beside, stage, links) else 0
 
 
-def _whole_slots(scenario: Scenario, stage: PipelineStage | None) -> int:
+def _whole_slots(facts: PlanFacts, stage: PipelineStage | None) -> int:
     """The most slots that fit beside MLA's query and value weights held whole (a
-    pipeline ``stage``'s)."""
-    whole = _pinned_weights(scenario, True, stage)
-    return most_slots(lambda slots: _fits(scenario, slots, whole, stage))
+    pipeline ``stage``'s; of the scenario of ``facts``)."""
+    whole = _pinned_weights(facts, True, stage)
+    return most_slots(lambda slots: _fits(facts.scenario, slots, whole, stage))
 
 
 def _weights_placed(scenario: Scenario, total: int, pinned: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from rdu_sim.graph.digraph import DiGraph, topological_sort
+from rdu_sim.graph.digraph import DiGraph
 from rdu_sim.graph.operator import Operator, TensorSpec
 
 
@@ -105,7 +105,6 @@ def op(graph: DiGraph, name: str) -> Operator:
 
 
 def operators(graph: DiGraph) -> Iterator[Operator]:
-    """The graph's operators in a deterministic topological order."""
-    rank = {name: i for i, name in enumerate(graph)}
-    for name in topological_sort(graph, key=rank.__getitem__):
+    """The graph's operators in a deterministic topological order (`DiGraph.topological_order`)."""
+    for name in graph.topological_order():
         yield op(graph, name)

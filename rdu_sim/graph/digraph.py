@@ -70,6 +70,7 @@ class DiGraph:
         self._node: dict[str, Attributes] = {}
         self._succ: dict[str, dict[str, Attributes]] = {}
         self._pred: dict[str, dict[str, Attributes]] = {}
+        self._topological: tuple[str, ...] | None = None  # until a node or edge is added
 
     @property
     def name(self) -> str:
@@ -107,6 +108,7 @@ class DiGraph:
             self._node[node] = {}
             self._succ[node] = {}
             self._pred[node] = {}
+            self._topological = None
         self._node[node].update(attributes)
 
     def add_edge(self, source: str, target: str, **attributes: Any) -> None:
@@ -116,6 +118,7 @@ class DiGraph:
         data = self._succ[source].get(target)
         if data is None:
             data = self._succ[source][target] = self._pred[target][source] = {}
+            self._topological = None
         data.update(attributes)
 
     def copy(self) -> DiGraph:
@@ -144,6 +147,17 @@ class DiGraph:
 
     def in_degree(self, node: str) -> int:
         return len(self._pred[node])
+
+    def topological_order(self) -> tuple[str, ...]:
+        """The nodes, each after all its predecessors, ties in node order
+        (:func:`topological_sort` by the nodes' order), kept until a node or an edge is
+        added: the compiler reads each graph's operators several times (sharding, fusing,
+        the weight inventory, the stages), ~400 sorts of ~140 graphs in a step command.
+        Raises ValueError when the graph has a cycle."""
+        if self._topological is None:
+            rank = {name: i for i, name in enumerate(self._node)}
+            self._topological = tuple(topological_sort(self, key=rank.__getitem__))
+        return self._topological
 
 
 def topological_sort(graph: DiGraph, key: Callable[[str], Any]) -> Iterator[str]:
