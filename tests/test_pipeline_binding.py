@@ -4,18 +4,43 @@ layer split; the trace holds every stage; the bubble's words say one batch is in
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
 from rdu_sim import api
 from rdu_sim.cli.main import cli
+from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.engine.for_hardware import engine_for
+from rdu_sim.engine.pipeline import bubble_shares, run_pipeline
+from rdu_sim.report.bound import step_bound, step_parts
+from rdu_sim.shapes import StepShape
 
 LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
 GPT_OSS = "workloads/gpt-oss-120b-8socket.yaml"
 PP2 = {"hardware": "sn40l-16", "parallelism.tp": 8, "parallelism.pp": 2, "serving.batch_slots": 8}
 LIGHT_FIRST = {**PP2, "parallelism.stage_layers": [10, 70]}
+
+
+@pytest.mark.parametrize(("stages", "micro"), [(2, 1), (4, 4), (8, 3)])
+def test_equal_stages_bubble_is_all_fill_and_drain(stages: int, micro: int) -> None:
+    run = run_pipeline([0.01] * stages, micro, 0.0, None, 1, 100_000)
+    fill_drain, imbalance = bubble_shares([0.01] * stages, micro, run.end_s)
+    assert imbalance == pytest.approx(0.0, abs=1e-12)
+    assert fill_drain == pytest.approx((stages - 1) / (micro + stages - 1), rel=1e-9)
+
+
+def test_unequal_stages_bubble_is_fill_and_drain_plus_imbalance() -> None:
+    times = [0.002, 0.005, 0.001, 0.003]
+    run = run_pipeline(times, 6, 0.0, None, 1, 100_000)
+    fill_drain, imbalance = bubble_shares(times, 6, run.end_s)
+    assert fill_drain + imbalance == pytest.approx(run.bubble, rel=1e-12)
+    # the binding stage idles only while the others run one micro-batch each
+    assert fill_drain * run.end_s == pytest.approx(sum(times) - max(times), rel=1e-9)
+    assert imbalance == pytest.approx(6 * (4 * 0.005 - sum(times)) / (4 * run.end_s), rel=1e-9)
 
 
 def test_stage_layers_sets_each_stages_layers() -> None:
@@ -26,6 +51,44 @@ def test_stage_layers_sets_each_stages_layers() -> None:
     default = api.step(api.load(LLAMA70, PP2), batch=8).detail
     even = api.step(api.load(LLAMA70, {**PP2, "parallelism.stage_layers": [40, 40]}), batch=8)
     assert even.detail.to_dict() == default.to_dict()
+
+
+def test_the_step_reports_its_binding_stage_not_its_first() -> None:
+    """Stage 0 holds 10 layers, stage 1 70: stage 1 binds. The step's totals, bound and parts
+    are its devices' over the micro-batches (they were stage 0's, the lightest)."""
+    scenario = api.load(LLAMA70, LIGHT_FIRST)
+    program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
+    engine = engine_for(scenario)
+    stages = [engine.simulate_step(stage) for stage in program.pipeline]
+    timing = engine.simulate_step(program)
+    pipeline = timing.pipeline
+    assert pipeline is not None
+    assert stages[1].device_s > 3 * stages[0].device_s
+    assert pipeline["binding_stage"] == 1
+    m = pipeline["micro_batches"]
+    assert timing.busy_s == pytest.approx({k: v * m for k, v in stages[1].busy_s.items()})
+    assert timing.bytes_by_tier["hbm"] == pytest.approx(stages[1].bytes_by_tier["hbm"] * m)
+    assert pipeline["fill_drain"] + pipeline["imbalance"] == pytest.approx(pipeline["bubble"])
+    assert pipeline["imbalance"] > 0.1
+    bound = step_bound(timing, scenario.hardware)
+    parts = step_parts(timing, bound)
+    assert sum(parts.values()) == pytest.approx(timing.step_s, rel=1e-9)
+    # the rest of the step beyond the binding stage's micro-batches: the fill and drain
+    assert parts["pipeline"] == pytest.approx(timing.device_s - m * stages[1].device_s)
+
+
+def test_step_console_names_the_binding_stage_and_json_its_layers() -> None:
+    overrides = [arg for k, v in PP2.items() for arg in ("--set", f"{k}={v}")]
+    args = ["step", LLAMA70, *overrides, "--set", "parallelism.stage_layers=[10, 70]"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "pipeline: 2 stages holding 10, 70 layers" in text
+    assert "stage 1 binds (the slowest: the figures above are its devices" in text
+    assert "the other stages waiting for it (stage imbalance" in text
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert data["pipeline"]["binding_stage"] == 1
+    assert data["pipeline"]["stage_layers"] == [10, 70]
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,13 @@ Each stage boundary's hand-off is reported (``HandOff``, the step's ``pipeline.h
 its bytes, the link it crosses, one send's time on an idle link and the sends' simulated
 mean, and how many a step makes (one a micro-batch). Their time is inside the step and the
 bubble (a stage waiting for its activations is idle); their bytes are in the step's
-``bytes_by_tier.p2p``, which counts what socket 0 sends on its links (socket 0 is the first
-stage's first device, the sender of the first boundary's hand-offs).
+``bytes_by_tier.p2p``, which counts what the binding stage's first device sends on its links
+(the sender of that stage's boundary's hand-offs; none from the last stage).
+
+The step's totals are the binding stage's (the slowest, :func:`binding_stage`): it paces the
+pipeline, so it is the stage whose resources say what binds the step. The bubble splits into
+the pipeline filling and draining at its pace and the lighter stages waiting for it
+(:func:`bubble_shares`).
 """
 
 from __future__ import annotations
@@ -145,6 +150,30 @@ def stage_kernels(timing: StepTiming, stage: int) -> tuple[KernelTiming, ...]:
     return tuple(k for k in timing.kernels if k.name.startswith(prefix))
 
 
+def binding_stage(stage_s: Sequence[float]) -> int:
+    """The stage that paces the pipeline: the slowest (the longest micro-batch time), ties to
+    the first. In steady state every stage waits for it once per micro-batch."""
+    return max(range(len(stage_s)), key=lambda s: stage_s[s])
+
+
+def bubble_shares(
+    stage_s: Sequence[float], micro_batches: int, end_s: float
+) -> tuple[float, float]:
+    """The pipeline's bubble (its stages' idle share of ``stages x end_s``) as two shares that
+    add up to it: ``(fill_drain, imbalance)``. ``fill_drain`` is the binding stage's idle
+    time, ``end_s - m T`` (``T`` its micro-batch time: what it waits while the pipeline fills
+    before it and drains after it, hand-offs included), counted on every stage; ``imbalance``
+    is the rest, ``m (p T - sum(t)) / (p end_s)``: the lighter stages waiting each micro-batch
+    for the binding one. Equal stages with free hand-offs have no imbalance and a fill and
+    drain of ``(p - 1) / (m + p - 1)``."""
+    if end_s <= 0:
+        return 0.0, 0.0
+    stages, slowest = len(stage_s), max(stage_s)
+    fill_drain = (end_s - micro_batches * slowest) / end_s
+    imbalance = micro_batches * (stages * slowest - sum(stage_s)) / (stages * end_s)
+    return fill_drain, imbalance
+
+
 def pipelined_timing(
     program: Program,
     stages: Sequence[StepTiming],
@@ -153,13 +182,16 @@ def pipelined_timing(
     max_events: int,
 ) -> StepTiming:
     """A pipelined step's timing from its stages' (each one micro-batch, device time only):
-    the step is the pipeline's end plus the stack's host time once; the totals are the first
-    stage's devices' over the step's micro-batches (``p2p`` with socket 0's hand-offs to the
-    second stage), each kernel named by its stage (``s1/decoder``); ``pipeline`` says the
-    stages' times, the bubble and each boundary's hand-off."""
+    the step is the pipeline's end plus the stack's host time once; the totals are the
+    binding (slowest) stage's devices' over the step's micro-batches (``p2p`` with that
+    stage's first device's hand-offs to the next stage), each kernel named by its stage
+    (``s1/decoder``); ``pipeline`` says the stages' times, which binds, the bubble (and its
+    fill and drain and imbalance shares, :func:`bubble_shares`) and each boundary's
+    hand-off."""
     parts = program.pipeline_micro_batches
+    stage_s = [timing.device_s for timing in stages]
     run = run_pipeline(
-        [timing.device_s for timing in stages],
+        stage_s,
         parts,
         program.pipeline_transfer_bytes,
         system,
@@ -171,13 +203,16 @@ def pipelined_timing(
     hosted = step_host_time(stack, program.shape, run.end_s, transfer, devices)
     host = hosted.added_s
     step = run.end_s + host
-    first = stages[0]
-    busy = {unit: value * parts for unit, value in first.busy_s.items()}
-    bytes_by_tier = {tier: value * parts for tier, value in first.bytes_by_tier.items()}
-    if run.hand_offs:  # socket 0 sends the first boundary's (module docstring)
-        bytes_by_tier["p2p"] += run.hand_offs[0].bytes * run.hand_offs[0].sends
+    binding = binding_stage(stage_s)
+    fill_drain, imbalance = bubble_shares(stage_s, parts, run.end_s)
+    bound = stages[binding]
+    busy = {unit: value * parts for unit, value in bound.busy_s.items()}
+    bytes_by_tier = {tier: value * parts for tier, value in bound.bytes_by_tier.items()}
+    if binding < len(run.hand_offs):  # its first device sends that boundary's
+        sent = run.hand_offs[binding]
+        bytes_by_tier["p2p"] += sent.bytes * sent.sends
     return replace(
-        first,
+        bound,
         step_s=step,
         runtime_s=host,
         host_serial_s=hosted.serial_s,
@@ -185,16 +220,16 @@ def pipelined_timing(
         host_transfer_s=hosted.transfer_s,
         batch=program.shape.batch,
         expert_schedule=program.expert_schedule,
-        flops=first.flops * parts,
-        vector_flops=first.vector_flops * parts,
+        flops=bound.flops * parts,
+        vector_flops=bound.vector_flops * parts,
         bytes_by_tier=bytes_by_tier,
         busy_s=busy,
-        link_busy_s={name: value * parts for name, value in first.link_busy_s.items()},
-        critical_s={unit: value * parts for unit, value in first.critical_s.items()},
-        link_flight_s={name: value * parts for name, value in first.link_flight_s.items()},
+        link_busy_s={name: value * parts for name, value in bound.link_busy_s.items()},
+        critical_s={unit: value * parts for unit, value in bound.critical_s.items()},
+        link_flight_s={name: value * parts for name, value in bound.link_flight_s.items()},
         utilization={unit: value / step for unit, value in busy.items()},
-        hbm_bandwidth_fraction=first.hbm_bandwidth_fraction * parts * first.step_s / step,
-        flops_fraction=first.flops_fraction * parts * first.step_s / step,
+        hbm_bandwidth_fraction=bound.hbm_bandwidth_fraction * parts * bound.step_s / step,
+        flops_fraction=bound.flops_fraction * parts * bound.step_s / step,
         kernels=tuple(
             replace(kernel, name=f"{stage_prefix(index)}{kernel.name}")
             for index, timing in enumerate(stages)
@@ -206,8 +241,11 @@ def pipelined_timing(
         pipeline={
             "stages": len(stages),
             "micro_batches": parts,
-            "stage_s": [t.device_s for t in stages],
+            "stage_s": stage_s,
+            "binding_stage": binding,
             "bubble": run.bubble,
+            "fill_drain": fill_drain,
+            "imbalance": imbalance,
             "hand_offs": [hand_off.to_dict() for hand_off in run.hand_offs],
         },
     )
