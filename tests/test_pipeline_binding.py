@@ -5,6 +5,7 @@ layer split; the trace holds every stage; the bubble's words say one batch is in
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -125,3 +126,39 @@ def test_stage_layers_inside_a_body_is_refused_in_one_line() -> None:
     (line,) = result.stderr.splitlines()
     assert "gpt-oss-120b-8socket.yaml: parallelism.stage_layers: " in line
     assert "cuts the gpt-oss-120b model at layer 17, inside a body" in line
+
+
+def test_the_trace_holds_every_stages_micro_batches_over_the_step(tmp_path: Path) -> None:
+    """The trace was the first stage's one micro-batch (sockets 0..7, ending at a third of
+    the step); it now holds both stages' sockets, each micro-batch on each stage at its
+    start in the pipeline, the hand-offs between them, and spans the step."""
+    overrides = [arg for k, v in PP2.items() for arg in ("--set", f"{k}={v}")]
+    path = tmp_path / "pp.json"
+    args = ["step", LLAMA70, *overrides, "--trace-sockets", "one", "--trace", str(path)]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    step = json.loads(result.output)
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "socket 0", 8: "socket 8"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    track = [e for e in slices if tracks[(e["pid"], e["tid"])] == "pipeline"]
+    runs = sorted((e["pid"], e["name"]) for e in track if not e["name"].startswith("idle"))
+    assert runs == [
+        (0, "stage 0 micro-batch 0"),
+        (0, "stage 0 micro-batch 1"),
+        (8, "stage 1 micro-batch 0"),
+        (8, "stage 1 micro-batch 1"),
+    ]
+    device_us = (step["step_s"] - step["runtime_s"]) * 1e6
+    for pid in (0, 8):  # each stage's track covers the device's step: runs and idle gaps
+        assert sum(e["dur"] for e in track if e["pid"] == pid) == pytest.approx(device_us)
+    sends = [e for e in slices if tracks[(e["pid"], e["tid"])] == "hand-off"]
+    assert len(sends) == 2 and all(e["pid"] == 0 and e["dur"] > 0 for e in sends)
+    # stage 1's kernels run on its own sockets, after stage 0's first micro-batch
+    first = min(e["ts"] for e in slices if e["pid"] == 8 and tracks[(8, e["tid"])] == "kernel")
+    (run0,) = [e for e in track if e["name"] == "stage 0 micro-batch 0"]
+    assert first >= run0["ts"] + run0["dur"]
+    end = max(e["ts"] + e["dur"] for e in slices)
+    assert end == pytest.approx(step["step_s"] * 1e6, rel=1e-9)

@@ -20,7 +20,8 @@ bubble (a stage waiting for its activations is idle); their bytes are in the ste
 The step's totals are the binding stage's (the slowest, :func:`binding_stage`): it paces the
 pipeline, so it is the stage whose resources say what binds the step. The bubble splits into
 the pipeline filling and draining at its pace and the lighter stages waiting for it
-(:func:`bubble_shares`).
+(:func:`bubble_shares`). A recorded step's trace holds every stage's micro-batches on the
+step's timeline (:func:`pipeline_records`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.links import link_field, topology_for
-from rdu_sim.engine.timing import KernelTiming, StepTiming, host_transfer_s, step_host_time
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.timing import (
+    RUNTIME_TRACK,
+    KernelTiming,
+    StepTiming,
+    host_transfer_s,
+    record_host,
+    step_host_time,
+)
 
 Gen = Generator[Any, Any, None]
 
@@ -65,6 +74,10 @@ class PipelineRun:
     bubble: float  # 1 - the stages' busy time over (stages x end)
     events: int
     hand_offs: tuple[HandOff, ...] = ()
+    # when each stage started each micro-batch: starts[stage][micro_batch], seconds
+    starts: tuple[tuple[float, ...], ...] = ()
+    # each hand-off's send: (sending stage, micro-batch, sent at, arrived at), seconds
+    sends: tuple[tuple[int, int, float, float], ...] = ()
 
 
 def run_pipeline(
@@ -87,6 +100,8 @@ def run_pipeline(
     # micro-batch i's activations at stage s: once it left stage s - 1 and crossed over
     arrived = [[env.event() for _ in range(micro_batches)] for _ in range(stages)]
     crossing = [0.0] * stages  # boundary s - 1 -> s: its sends' seconds, summed
+    starts = [[0.0] * micro_batches for _ in range(stages)]
+    sends: list[tuple[int, int, float, float]] = []
 
     def hand_off(s: int, i: int) -> None:
         def send(_event: Event) -> None:
@@ -98,6 +113,7 @@ def run_pipeline(
 
             def arrive(_e: Event) -> None:
                 crossing[s] += float(env.now) - sent
+                sends.append((s - 1, i, sent, float(env.now)))
                 arrived[s][i].succeed()
 
             topo.send(source, target, transfer_bytes).add_callback(arrive)
@@ -112,6 +128,7 @@ def run_pipeline(
         for i in range(micro_batches):
             if s > 0:
                 yield arrived[s][i]
+            starts[s][i] = float(env.now)
             yield env.timeout(stage_s[s])
             left[s][i].succeed()
 
@@ -135,7 +152,14 @@ def run_pipeline(
                     sends=micro_batches,
                 )
             )
-    return PipelineRun(end, bubble, env.processed, tuple(hand_offs))
+    return PipelineRun(
+        end,
+        bubble,
+        env.processed,
+        tuple(hand_offs),
+        tuple(tuple(row) for row in starts),
+        tuple(sorted(sends)),
+    )
 
 
 def stage_prefix(stage: int) -> str:
@@ -174,6 +198,63 @@ def bubble_shares(
     return fill_drain, imbalance
 
 
+PIPELINE_TRACK = "pipeline"
+"""The trace track (on each stage's first socket) of its micro-batches, idle gaps and sends."""
+
+
+def pipeline_records(
+    stages: Sequence[StepTiming], run: PipelineRun, stage_devices: int
+) -> Recorder:
+    """Every stage's trace on the step's timeline: each stage's one-micro-batch records
+    (without its own host track) placed at each micro-batch's start on that stage, its
+    sockets after the earlier stages' (stage ``s``'s socket ``k`` is ``s x stage_devices +
+    k``); on each stage's first socket a ``pipeline`` track of its micro-batches, its idle
+    gaps (fill, waiting for the stage before, drain) and its hand-offs to the next stage."""
+    timeline = Recorder()
+    end = run.end_s
+    for s, timing in enumerate(stages):
+        assert timing.records is not None
+        base = s * stage_devices
+        for at in run.starts[s]:
+            timeline.slices.extend(
+                replace(x, socket=x.socket + base, start_s=x.start_s + at)
+                for x in timing.records.slices
+                if x.track != RUNTIME_TRACK
+            )
+            timeline.counters.extend(
+                replace(c, socket=c.socket + base, time_s=c.time_s + at)
+                for c in timing.records.counters
+            )
+        idle_from = 0.0
+        for i, at in enumerate(run.starts[s]):
+            if at > idle_from:
+                what = "idle: the pipeline filling" if i == 0 else "idle: waiting for stage "
+                if i > 0:
+                    what += f"{s - 1}'s micro-batch {i}"
+                timeline.slice(base, PIPELINE_TRACK, what, idle_from, at)
+            idle_from = at + timing.device_s
+            timeline.slice(
+                base,
+                PIPELINE_TRACK,
+                f"stage {s} micro-batch {i}",
+                at,
+                idle_from,
+                (("stage", s), ("micro_batch", i)),
+            )
+        if end > idle_from:
+            timeline.slice(base, PIPELINE_TRACK, "idle: the pipeline draining", idle_from, end)
+    for stage, i, sent, arrived in run.sends:
+        timeline.slice(
+            stage * stage_devices,
+            "hand-off",
+            f"micro-batch {i} to stage {stage + 1}",
+            sent,
+            arrived,
+            (("stage", stage), ("micro_batch", i)),
+        )
+    return timeline
+
+
 def pipelined_timing(
     program: Program,
     stages: Sequence[StepTiming],
@@ -187,7 +268,8 @@ def pipelined_timing(
     stage's first device's hand-offs to the next stage), each kernel named by its stage
     (``s1/decoder``); ``pipeline`` says the stages' times, which binds, the bubble (and its
     fill and drain and imbalance shares, :func:`bubble_shares`) and each boundary's
-    hand-off."""
+    hand-off. Recorded stages give a trace of every stage's micro-batches
+    (:func:`pipeline_records`)."""
     parts = program.pipeline_micro_batches
     stage_s = [timing.device_s for timing in stages]
     run = run_pipeline(
@@ -211,6 +293,11 @@ def pipelined_timing(
     if binding < len(run.hand_offs):  # its first device sends that boundary's
         sent = run.hand_offs[binding]
         bytes_by_tier["p2p"] += sent.bytes * sent.sends
+    records = None
+    if all(timing.records is not None for timing in stages):
+        timeline = pipeline_records(stages, run, program.devices)
+        record_host(timeline, run.end_s, hosted)
+        records = timeline.freeze()
     return replace(
         bound,
         step_s=step,
@@ -238,6 +325,7 @@ def pipelined_timing(
         events=sum(t.events for t in stages) + run.events,
         estimated_events=sum(t.estimated_events for t in stages),
         collectives=tuple(c for t in stages for c in t.collectives),
+        records=records,
         pipeline={
             "stages": len(stages),
             "micro_batches": parts,
