@@ -17,7 +17,7 @@ from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.engine.for_hardware import engine_for
 from rdu_sim.engine.pipeline import bubble_shares, run_pipeline
-from rdu_sim.report.bound import step_bound, step_parts
+from rdu_sim.report.bound import BUBBLE_CAVEAT, bubble_words, step_bound, step_parts
 from rdu_sim.shapes import StepShape
 
 LLAMA70 = "workloads/llama3.1-70b-decode.yaml"
@@ -162,3 +162,10 @@ def test_the_trace_holds_every_stages_micro_batches_over_the_step(tmp_path: Path
     assert first >= run0["ts"] + run0["dur"]
     end = max(e["ts"] + e["dur"] for e in slices)
     assert end == pytest.approx(step["step_s"] * 1e6, rel=1e-9)
+
+
+def test_the_bubbles_words_say_one_batch_is_in_flight() -> None:
+    words = bubble_words(0.338)
+    assert words.startswith("the pipeline's bubble 33.8% of its stages' time (only one batch")
+    assert BUBBLE_CAVEAT in words and "Left out" in words
+    assert bubble_words(0.338, caveat=False) == "the pipeline's bubble 33.8% of its stages' time"

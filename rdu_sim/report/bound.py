@@ -53,7 +53,7 @@ parts' execution and boundaries); the rest of its step is that stage idle while 
 fills before it and drains after it. The stages' idle share, the bubble, is that fill and
 drain and the lighter stages' waits for the binding one (``engine.pipeline.bubble_shares``),
 which ``StepBound.bubble`` carries for every report that names the bound
-(:func:`bubble_words`).
+(:func:`bubble_words`, with the caveat that one batch is in flight: :data:`BUBBLE_CAVEAT`).
 """
 
 from __future__ import annotations
@@ -384,10 +384,18 @@ def unaccounted(step_s: float, times: Mapping[str, float]) -> float:
     return rest if rest > UNACCOUNTED_SHARE * step_s else 0.0
 
 
-def bubble_words(bubble: float) -> str:
+BUBBLE_CAVEAT = "only one batch in flight: docs/parallelism.md, Left out"
+"""What every report that lays time on a pipeline's bubble adds once (:func:`bubble_words`):
+the pipeline runs one batch's micro-batches at a time, so a pipeline always loses to the
+bubble here, which a runtime's virtual engines would fill."""
+
+
+def bubble_words(bubble: float, caveat: bool = True) -> str:
     """A pipeline's bubble in words, for the reports that name a step's bound beside it
-    (``the pipeline's bubble 33.8% of its stages' time``)."""
-    return f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
+    (``the pipeline's bubble 33.8% of its stages' time``), with :data:`BUBBLE_CAVEAT` in
+    brackets unless ``caveat`` is false (a sentence naming several bubbles says it once)."""
+    words = f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
+    return f"{words} ({BUBBLE_CAVEAT})" if caveat else words
 
 
 PART_WORDS: dict[str, str] = {
