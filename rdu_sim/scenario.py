@@ -68,7 +68,7 @@ from rdu_sim.kv.policies import (
 from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.models.figures import params_total, weight_bytes
 from rdu_sim.models.hf_config import architecture_from_config, read_config_json
-from rdu_sim.models.layers import Architecture, body_starts
+from rdu_sim.models.layers import Architecture, body_starts, stage_layers_problem
 from rdu_sim.models.presets import UnknownModelError, get_model
 from rdu_sim.models.storage import storage_dtypes
 from rdu_sim.sim_warnings import warn
@@ -358,6 +358,10 @@ def _layout_problem(
             f"model's {model.layers} layers are {bodies} layer bodies, kept whole on one "
             f"stage ({_body_sizes(model)} that loop as one kernel); use pp <= {bodies}"
         )
+    if p.stage_layers is not None:
+        problem = stage_layers_problem(model, p.stage_layers)
+        if problem is not None:
+            return "parallelism.stage_layers", problem
     if p.exchange == "all_to_all" and stage > 2 and system.topology == "ring":
         return "parallelism.ep", (
             f"the experts' all-to-all sends from every device to every other; a 'ring' wiring "

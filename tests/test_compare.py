@@ -628,6 +628,7 @@ def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None
     from dataclasses import replace
 
     from rdu_sim.compare.why import column_lines, verdict
+    from rdu_sim.report.bound import BUBBLE_CAVEAT
 
     tp8 = {"parallelism.tp": 8}
     sn40l_16 = REPO / "hw_configs" / "sn40l-16.yaml"
@@ -640,12 +641,17 @@ def test_a_pipelined_variant_names_its_bubble_as_what_its_bound_leaves() -> None
     assert pipelined.pipeline_bubble == timing.pipeline["bubble"]
     words = f"the pipeline's bubble {human.percent(timing.pipeline['bubble'])} of its stages' time"
     assert words in result.lines[1] and "bubble" not in result.lines[0]
-    assert f"({pipelined.label}: {words})" in result.verdicts[0]
+    # the verdict that blames the bubble says once that one batch is in flight
+    caveat = f"({BUBBLE_CAVEAT})"
+    assert f"({pipelined.label}: {words} {caveat})" in result.verdicts[0]
+    assert result.verdicts[0].count(caveat) == 1 and caveat in result.lines[1]
     # both under half their step: the rest is named, not guessed
     assert alone.step_s is not None and pipelined.step_s is not None
     slow = replace(alone, step_s=alone.step_s * 3)
     unexplained = verdict(pipelined, slow)
-    assert f"no one resource explains ({pipelined.label}: {words}; latencies," in unexplained
+    assert f"no one resource explains ({pipelined.label}: {words} {caveat}; latencies," in (
+        unexplained
+    )
     assert "a pipeline's fill" in verdict(replace(pipelined, pipeline_bubble=None), slow)
     assert column_lines([alone])[0] == result.lines[0]
 

@@ -105,8 +105,14 @@ def test_a_pipelined_step_shows_its_bubble_on_the_console() -> None:
     data = json.loads(invoke("step", LLAMA70, *PP2, "--json"))
     lines = invoke("step", LLAMA70, *PP2).splitlines()
     (line,) = [line for line in lines if line.startswith("pipeline:")]
-    assert line.startswith("pipeline: 2 stages, 2 micro-batches of up to 16 sequences;")
-    assert f"drains: {human.percent(data['pipeline']['bubble'])} of their time" in line
+    pipeline = data["pipeline"]
+    assert line.startswith(
+        "pipeline: 2 stages holding 40, 40 layers, 2 micro-batches of up to 16 sequences;"
+    )
+    binding = pipeline["binding_stage"]
+    assert f"stage {binding} binds (the slowest" in line
+    assert f"stages idle: {human.percent(pipeline['bubble'])} of their time" in line
+    assert f"{human.percent(pipeline['fill_drain'])} the pipeline filling and draining" in line
 
 
 def test_a_pipelined_step_says_its_hand_offs_on_the_console() -> None:
@@ -165,7 +171,7 @@ def test_a_run_names_its_pipeline_and_the_stage_its_memory_table_shows() -> None
     assert step["pipeline_bubble"] == pytest.approx(bubble, rel=1e-11)
     assert (
         f"{human.duration(step['step_s'])}; the pipeline's bubble {human.percent(bubble)} of "
-        "its stages' time)"
+        "its stages' time (only one batch in flight: docs/parallelism.md, Left out))"
     ) in text
     assert "pipeline_bubble" not in plain["decode_step"]  # nothing without a pipeline
 

@@ -171,7 +171,9 @@ def test_a_pipelined_step_is_its_stages_through_the_pipeline() -> None:
 
 def test_a_pipelined_step_reports_its_hand_offs_and_counts_them_in_p2p() -> None:
     """One micro-batch: the step is the stages' times plus the hand-off's, which the
-    step's ``pipeline.hand_offs`` says; socket 0 sends it, so its bytes are in ``p2p``."""
+    step's ``pipeline.hand_offs`` says; the step's totals are its binding stage's devices',
+    so its bytes are in ``p2p`` when stage 0 binds (its first device sends it) and not when
+    the last stage does (it sends none)."""
     scenario = api.load(LLAMA70, {**PP2, "parallelism.micro_batches": 1})
     program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
     engine = engine_for(scenario)
@@ -192,9 +194,21 @@ def test_a_pipelined_step_reports_its_hand_offs_and_counts_them_in_p2p() -> None
     assert timing.device_s - sum(pipeline["stage_s"]) == pytest.approx(
         hand_off["estimate_s"], rel=1e-6
     )
-    stage = engine.simulate_step(program.pipeline[0]).bytes_by_tier["p2p"]
+    binding = pipeline["binding_stage"]
+    stage = engine.simulate_step(program.pipeline[binding]).bytes_by_tier["p2p"]
     assert stage > 0  # the stage's own collectives
-    assert timing.bytes_by_tier["p2p"] == pytest.approx(stage + nbytes, rel=1e-12)
+    sent = nbytes if binding == 0 else 0.0
+    assert timing.bytes_by_tier["p2p"] == pytest.approx(stage + sent, rel=1e-12)
+    for layers, sends in (([60, 20], nbytes), ([20, 60], 0.0)):
+        split = {**PP2, "parallelism.micro_batches": 1, "parallelism.stage_layers": layers}
+        scenario = api.load(LLAMA70, split)
+        program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
+        engine = engine_for(scenario)
+        timing = engine.simulate_step(program)
+        heavy = 0 if sends else 1
+        assert timing.pipeline is not None and timing.pipeline["binding_stage"] == heavy
+        own = engine.simulate_step(program.pipeline[heavy]).bytes_by_tier["p2p"]
+        assert timing.bytes_by_tier["p2p"] == pytest.approx(own + sends, rel=1e-12)
 
 
 def test_a_stage_holds_its_layers_kv_cache() -> None:

@@ -43,10 +43,13 @@ and the serial parts beside it: ``boundaries``, ``runtime`` the host's, ``host_l
 logits' trip to it, ``launch``, ``pipeline``; the console's ``the step's parts`` line), for
 a default decode step of fewer sequences than the batch slots
 ``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
-console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s, bubble,
-hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the console says them on a
-``pipeline`` and a ``hand-offs`` line), and for a MoE step under static expert loading
-``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
+console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s,
+stage_layers (each stage's decoder layers), binding_stage (the slowest, whose devices the
+step's totals, ``bound`` and ``parts`` are), bubble (the stages' idle share) as fill_drain
+(the pipeline filling and draining at the binding stage's pace) plus imbalance (the other
+stages waiting for it), hand_offs: each boundary's send, ``engine.pipeline.HandOff``; the
+console says them on a ``pipeline`` and a ``hand-offs`` line), and for a MoE step under
+static expert loading ``expert_schedule`` (``gather`` or ``all``, the compiler's choice:
 ``compiler.expert_schedule``; the console's ``routed experts`` line). A step over the event
 budget exits 2 naming ``engine.tiles_per_stage`` and ``engine.max_events``.
 """
@@ -82,12 +85,15 @@ if TYPE_CHECKING:
 
 
 def _pipeline_line(data: dict[str, Any]) -> str:
-    """The pipeline's stages, micro-batches and bubble: what the step's time holds beyond
-    the resources of the bound line (a stage's devices idle while the pipeline fills and
-    drains), and, when the batch had fewer sequences than ``micro_batches``, that the step
-    ran one micro-batch a sequence (``ParallelismConfig.step_micro_batches``)."""
+    """The pipeline's stages, micro-batches and bubble: which stage binds (the slowest, whose
+    devices the bound line and the parts measure), what the step's time holds beyond it (the
+    bubble: the pipeline filling and draining at the binding stage's pace, and the lighter
+    stages waiting for it, ``engine.pipeline.bubble_shares``), each stage's layers, and, when
+    the batch had fewer sequences than ``micro_batches``, that the step ran one micro-batch
+    a sequence (``ParallelismConfig.step_micro_batches``)."""
     pipeline = data["pipeline"]
     parts, asked = pipeline["micro_batches"], data["layout"]["micro_batches"]
+    binding = pipeline["binding_stage"]
     stages = ", ".join(human.duration(t) for t in pipeline["stage_s"])
     fewer = (
         f" (parallelism.micro_batches={asked} asks more than the batch's {data['batch']:,} "
@@ -95,13 +101,18 @@ def _pipeline_line(data: dict[str, Any]) -> str:
         if parts < asked
         else ""
     )
+    layers = pipeline.get("stage_layers")
+    held = f" holding {', '.join(map(str, layers))} layers" if layers else ""
     return (
-        f"pipeline: {human.count(pipeline['stages'], 'stage')}, "
+        f"pipeline: {human.count(pipeline['stages'], 'stage')}{held}, "
         f"{human.count(parts, 'micro-batch', 'micro-batches')} of up to "
         f"{human.count(math.ceil(data['batch'] / parts), 'sequence')}{fewer}; a micro-batch "
-        f"takes {stages} on the stages (the figures above are the first stage's devices "
-        "over every micro-batch); the bubble, stages idle while the pipeline fills and "
-        f"drains: {human.percent(pipeline['bubble'])} of their time"
+        f"takes {stages} on the stages; stage {binding} binds (the slowest: the figures "
+        "above are its devices over every micro-batch); the bubble, stages idle: "
+        f"{human.percent(pipeline['bubble'])} of their time, "
+        f"{human.percent(pipeline['fill_drain'])} the pipeline filling and draining at stage "
+        f"{binding}'s pace and {human.percent(pipeline['imbalance'])} the other stages "
+        f"waiting for it (stage imbalance; parallelism.stage_layers sets the split)"
     )
 
 
@@ -130,8 +141,8 @@ def _hand_offs_line(pipeline: dict[str, Any]) -> str | None:
     ]
     return (
         f"hand-offs, a micro-batch's activations to the next stage's first device: "
-        f"{'; '.join(clauses)} (their time is inside the step and the bubble; socket 0's "
-        "sends are counted in p2p below)"
+        f"{'; '.join(clauses)} (their time is inside the step and the bubble; the binding "
+        "stage's first device's sends are counted in p2p below)"
     )
 
 

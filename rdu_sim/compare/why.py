@@ -157,11 +157,11 @@ def _bubble(column: Column) -> str:
 def _bubbles(a: Column, b: Column) -> list[str]:
     """Each pipelined variant's bubble by name (``parallelism.pp=2: the pipeline's bubble
     33.8% of its stages' time``): what most of the time its binding resource does not
-    explain is."""
+    explain is; the last says once that one batch is in flight (``BUBBLE_CAVEAT``)."""
+    piped = [(c.label, c.pipeline_bubble) for c in (a, b) if c.pipeline_bubble is not None]
     return [
-        f"{c.label}: {bubble_words(c.pipeline_bubble)}"
-        for c in (a, b)
-        if c.pipeline_bubble is not None
+        f"{label}: {bubble_words(bubble, caveat=index == len(piped) - 1)}"
+        for index, (label, bubble) in enumerate(piped)
     ]
 
 

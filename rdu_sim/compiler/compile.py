@@ -122,7 +122,9 @@ class Compiler:
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
         parallelism = scenario.workload.parallelism
         self._stages: tuple[PipelineStage | None, ...] = (
-            pipeline_stages(scenario.model, parallelism.pp) if parallelism.pp > 1 else (None,)
+            pipeline_stages(scenario.model, parallelism.pp, parallelism.stage_layers)
+            if parallelism.pp > 1
+            else (None,)
         )
 
     @property

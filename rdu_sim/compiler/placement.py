@@ -1393,9 +1393,11 @@ def weights_read_from_ddr(scenario: Scenario, placement: Placement) -> float:
     stage = (
         None
         if placement.pipeline_stage < 0
-        else pipeline_stages(scenario.model, scenario.workload.parallelism.pp)[
-            placement.pipeline_stage
-        ]
+        else pipeline_stages(
+            scenario.model,
+            scenario.workload.parallelism.pp,
+            scenario.workload.parallelism.stage_layers,
+        )[placement.pipeline_stage]
     )
     fractions = hbm_fractions(placement)
     inventory = weight_inventory(scenario, placement.batch_slots, stage=stage)

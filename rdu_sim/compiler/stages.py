@@ -3,7 +3,9 @@
 The decoder's layers are cut into ``pp`` consecutive runs of as nearly equal a number of
 layers as the bodies allow (a body of several layers, gpt-oss's sliding and full pair, stays
 whole, in the stage its first layer falls in): stage ``s`` starts at the first body at or
-after layer ``round(L x s / pp)``, or the nearest body that leaves no stage empty. The first
+after layer ``round(L x s / pp)``, or the nearest body that leaves no stage empty (what vLLM
+and Megatron do by default); ``parallelism.stage_layers`` gives each stage's layers instead
+(vLLM's ``VLLM_PP_LAYER_PARTITION``), to balance stages of unequal layers. The first
 stage also holds the embedding, the last the LM head. Each stage's devices hold only its
 layers' weights and KV cache; a step's batch is cut into
 micro-batches that follow each other through the stages (``engine.pipeline``).
@@ -11,6 +13,7 @@ micro-batches that follow each other through the stages (``engine.pipeline``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim.graph import GraphGroup
@@ -21,6 +24,7 @@ from rdu_sim.models.layers import (
     body_starts,
     layer_kinds,
     layer_segments,
+    stage_layers_problem,
 )
 
 
@@ -53,13 +57,26 @@ class PipelineStage:
         return layer_kinds(arch)[self.first_layer : self.end_layer]
 
 
-def pipeline_stages(arch: Architecture, pp: int) -> tuple[PipelineStage, ...]:
+def pipeline_stages(
+    arch: Architecture, pp: int, stage_layers: Sequence[int] | None = None
+) -> tuple[PipelineStage, ...]:
     """The ``pp`` stages of ``arch``'s layers (module docstring); one stage holds them all.
+    ``stage_layers`` (``parallelism.stage_layers``) gives each stage's layers instead, as
+    serving engines let a deployment do; the scenario has checked it
+    (``models.layers.stage_layers_problem``), and here a bad split is an error.
 
     Every stage holds at least one body: a cut that would meet the one before it (or leave
     too few bodies for the stages after it) moves to the nearest body that keeps them all
     non-empty. ``pp`` above the bodies (``body_starts``) has no such cut: the scenario
     refuses it (``scenario._layout_problem``), and here it is an error."""
+    if stage_layers is not None:
+        if len(stage_layers) != pp or any(n < 1 for n in stage_layers):
+            raise ValueError(f"stage_layers {list(stage_layers)} is not {pp} stages' layers")
+        problem = stage_layers_problem(arch, stage_layers)
+        if problem is not None:
+            raise ValueError(problem)
+        bounds = [sum(stage_layers[:s]) for s in range(pp + 1)]
+        return tuple(PipelineStage(s, pp, bounds[s], bounds[s + 1]) for s in range(pp))
     starts = body_starts(arch)
     total, bodies = len(layer_kinds(arch)), len(starts)
     if not 1 <= pp <= bodies:

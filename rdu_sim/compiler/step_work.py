@@ -6,7 +6,7 @@
   of the sockets sharing a KV head when they outnumber the heads (docs/architecture.md, TP),
   so a DeepSeek prefill socket multiplies about 30% more than its share of the model. The model's
   own FLOPs (``model_flops``) are the unsharded graphs' (``compiler.fusion.step_groups``):
-  each product once, for the batch the step's devices run (a pipeline's first stage over its
+  each product once, for the batch the step's devices run (a pipeline's reported stage over its
   micro-batches, both micro-batches of a two-batch overlap). Over the TP sockets they are
   what model FLOP/s utilisation (MFU) counts: ``model_flops_fraction`` = model_flops / tp
   over the step's time and the socket's peak, the share ``flops_fraction`` is of.
@@ -39,23 +39,27 @@ from rdu_sim.shapes import StepShape
 __all__ = ["ExpertStreams", "expert_streams", "model_flops", "model_flops_fraction"]
 
 
-def _parts(scenario: Scenario, program: Program) -> list[tuple[StepShape, PipelineStage | None]]:
+def _parts(
+    scenario: Scenario, program: Program, stage: int = 0
+) -> list[tuple[StepShape, PipelineStage | None]]:
     """The (shape, pipeline stage) of each batch the step's reported devices run once: a
-    pipeline's first stage once per micro-batch, each micro-batch of a two-batch overlap,
+    pipeline's stage ``stage`` once per micro-batch, each micro-batch of a two-batch overlap,
     else the step's own shape."""
     if program.pipeline:
-        first = pipeline_stages(scenario.model, scenario.workload.parallelism.pp)[0]
-        return [(program.pipeline[0].shape, first)] * program.pipeline_micro_batches
+        p = scenario.workload.parallelism
+        held = pipeline_stages(scenario.model, p.pp, p.stage_layers)[stage]
+        return [(program.pipeline[stage].shape, held)] * program.pipeline_micro_batches
     return [(micro.shape, None) for micro in program.micro_batches] or [(program.shape, None)]
 
 
-def model_flops(scenario: Scenario, program: Program) -> float:
+def model_flops(scenario: Scenario, program: Program, stage: int = 0) -> float:
     """The model's own matrix FLOPs in the step ``program`` runs (module docstring): the
-    unsharded graphs' sum, no product counted twice, for the batch its devices run."""
+    unsharded graphs' sum, no product counted twice, for the batch its devices run (of a
+    pipeline, stage ``stage``'s: the step report's, its binding stage)."""
     every = program.expert_schedule == "all"
     return sum(
-        totals(step_groups(scenario, shape, stage, every)).flops
-        for shape, stage in _parts(scenario, program)
+        totals(step_groups(scenario, shape, held, every)).flops
+        for shape, held in _parts(scenario, program, stage)
     )
 
 

@@ -18,10 +18,11 @@ tensor-parallel run is ``dp_attention = ep = pp = 1``: every part sliced over ``
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
+from rdu_sim.config.architecture import _tuple
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import FieldProblem
 
@@ -105,6 +106,13 @@ class ParallelismConfig(StrictModel):
         le=256,
         description="pipeline stages: consecutive runs of layers, each on tp x dp_attention "
         "devices of its own",
+    )
+    stage_layers: Annotated[tuple[int, ...] | None, BeforeValidator(_tuple)] = Field(
+        default=None,
+        max_length=256,
+        description="with pp > 1: each stage's decoder layers, in order (pp of them, each "
+        ">= 1, summing to the model's layers; vLLM's VLLM_PP_LAYER_PARTITION); default: the "
+        "layers split by count, stage s starting at layer round(layers x s / pp)",
     )
     micro_batches: int | None = Field(
         default=None,
@@ -218,6 +226,18 @@ class ParallelismConfig(StrictModel):
                 f"orders two-batch overlap's micro-batches; it needs two_batch_overlap: true, "
                 f"got {self.overlap_schedule!r} without it",
             )
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp:
+                raise FieldProblem(
+                    "stage_layers",
+                    f"gives {len(self.stage_layers)} stages' layers for pp={self.pp} stages "
+                    "(one count a stage)",
+                )
+            if any(n < 1 for n in self.stage_layers):
+                raise FieldProblem(
+                    "stage_layers",
+                    f"must give every stage at least one layer, got {list(self.stage_layers)}",
+                )
         if self.micro_batches is not None and self.micro_batches > 1 and self.pp == 1:
             raise FieldProblem(
                 "micro_batches",

@@ -14,8 +14,14 @@ Each stage boundary's hand-off is reported (``HandOff``, the step's ``pipeline.h
 its bytes, the link it crosses, one send's time on an idle link and the sends' simulated
 mean, and how many a step makes (one a micro-batch). Their time is inside the step and the
 bubble (a stage waiting for its activations is idle); their bytes are in the step's
-``bytes_by_tier.p2p``, which counts what socket 0 sends on its links (socket 0 is the first
-stage's first device, the sender of the first boundary's hand-offs).
+``bytes_by_tier.p2p``, which counts what the binding stage's first device sends on its links
+(the sender of that stage's boundary's hand-offs; none from the last stage).
+
+The step's totals are the binding stage's (the slowest, :func:`binding_stage`): it paces the
+pipeline, so it is the stage whose resources say what binds the step. The bubble splits into
+the pipeline filling and draining at its pace and the lighter stages waiting for it
+(:func:`bubble_shares`). A recorded step's trace holds every stage's micro-batches on the
+step's timeline (:func:`pipeline_records`).
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
 from rdu_sim.engine.links import link_field, topology_for
-from rdu_sim.engine.timing import KernelTiming, StepTiming, host_transfer_s, step_host_time
+from rdu_sim.engine.records import Recorder
+from rdu_sim.engine.timing import (
+    RUNTIME_TRACK,
+    KernelTiming,
+    StepTiming,
+    host_transfer_s,
+    record_host,
+    step_host_time,
+)
 
 Gen = Generator[Any, Any, None]
 
@@ -60,6 +74,10 @@ class PipelineRun:
     bubble: float  # 1 - the stages' busy time over (stages x end)
     events: int
     hand_offs: tuple[HandOff, ...] = ()
+    # when each stage started each micro-batch: starts[stage][micro_batch], seconds
+    starts: tuple[tuple[float, ...], ...] = ()
+    # each hand-off's send: (sending stage, micro-batch, sent at, arrived at), seconds
+    sends: tuple[tuple[int, int, float, float], ...] = ()
 
 
 def run_pipeline(
@@ -82,6 +100,8 @@ def run_pipeline(
     # micro-batch i's activations at stage s: once it left stage s - 1 and crossed over
     arrived = [[env.event() for _ in range(micro_batches)] for _ in range(stages)]
     crossing = [0.0] * stages  # boundary s - 1 -> s: its sends' seconds, summed
+    starts = [[0.0] * micro_batches for _ in range(stages)]
+    sends: list[tuple[int, int, float, float]] = []
 
     def hand_off(s: int, i: int) -> None:
         def send(_event: Event) -> None:
@@ -93,6 +113,7 @@ def run_pipeline(
 
             def arrive(_e: Event) -> None:
                 crossing[s] += float(env.now) - sent
+                sends.append((s - 1, i, sent, float(env.now)))
                 arrived[s][i].succeed()
 
             topo.send(source, target, transfer_bytes).add_callback(arrive)
@@ -107,6 +128,7 @@ def run_pipeline(
         for i in range(micro_batches):
             if s > 0:
                 yield arrived[s][i]
+            starts[s][i] = float(env.now)
             yield env.timeout(stage_s[s])
             left[s][i].succeed()
 
@@ -130,7 +152,14 @@ def run_pipeline(
                     sends=micro_batches,
                 )
             )
-    return PipelineRun(end, bubble, env.processed, tuple(hand_offs))
+    return PipelineRun(
+        end,
+        bubble,
+        env.processed,
+        tuple(hand_offs),
+        tuple(tuple(row) for row in starts),
+        tuple(sorted(sends)),
+    )
 
 
 def stage_prefix(stage: int) -> str:
@@ -145,6 +174,87 @@ def stage_kernels(timing: StepTiming, stage: int) -> tuple[KernelTiming, ...]:
     return tuple(k for k in timing.kernels if k.name.startswith(prefix))
 
 
+def binding_stage(stage_s: Sequence[float]) -> int:
+    """The stage that paces the pipeline: the slowest (the longest micro-batch time), ties to
+    the first. In steady state every stage waits for it once per micro-batch."""
+    return max(range(len(stage_s)), key=lambda s: stage_s[s])
+
+
+def bubble_shares(
+    stage_s: Sequence[float], micro_batches: int, end_s: float
+) -> tuple[float, float]:
+    """The pipeline's bubble (its stages' idle share of ``stages x end_s``) as two shares that
+    add up to it: ``(fill_drain, imbalance)``. ``fill_drain`` is the binding stage's idle
+    time, ``end_s - m T`` (``T`` its micro-batch time: what it waits while the pipeline fills
+    before it and drains after it, hand-offs included), counted on every stage; ``imbalance``
+    is the rest, ``m (p T - sum(t)) / (p end_s)``: the lighter stages waiting each micro-batch
+    for the binding one. Equal stages with free hand-offs have no imbalance and a fill and
+    drain of ``(p - 1) / (m + p - 1)``."""
+    if end_s <= 0:
+        return 0.0, 0.0
+    stages, slowest = len(stage_s), max(stage_s)
+    fill_drain = (end_s - micro_batches * slowest) / end_s
+    imbalance = micro_batches * (stages * slowest - sum(stage_s)) / (stages * end_s)
+    return fill_drain, imbalance
+
+
+PIPELINE_TRACK = "pipeline"
+"""The trace track (on each stage's first socket) of its micro-batches, idle gaps and sends."""
+
+
+def pipeline_records(
+    stages: Sequence[StepTiming], run: PipelineRun, stage_devices: int
+) -> Recorder:
+    """Every stage's trace on the step's timeline: each stage's one-micro-batch records
+    (without its own host track) placed at each micro-batch's start on that stage, its
+    sockets after the earlier stages' (stage ``s``'s socket ``k`` is ``s x stage_devices +
+    k``); on each stage's first socket a ``pipeline`` track of its micro-batches, its idle
+    gaps (fill, waiting for the stage before, drain) and its hand-offs to the next stage."""
+    timeline = Recorder()
+    end = run.end_s
+    for s, timing in enumerate(stages):
+        assert timing.records is not None
+        base = s * stage_devices
+        for at in run.starts[s]:
+            timeline.slices.extend(
+                replace(x, socket=x.socket + base, start_s=x.start_s + at)
+                for x in timing.records.slices
+                if x.track != RUNTIME_TRACK
+            )
+            timeline.counters.extend(
+                replace(c, socket=c.socket + base, time_s=c.time_s + at)
+                for c in timing.records.counters
+            )
+        idle_from = 0.0
+        for i, at in enumerate(run.starts[s]):
+            if at > idle_from:
+                what = "idle: the pipeline filling" if i == 0 else "idle: waiting for stage "
+                if i > 0:
+                    what += f"{s - 1}'s micro-batch {i}"
+                timeline.slice(base, PIPELINE_TRACK, what, idle_from, at)
+            idle_from = at + timing.device_s
+            timeline.slice(
+                base,
+                PIPELINE_TRACK,
+                f"stage {s} micro-batch {i}",
+                at,
+                idle_from,
+                (("stage", s), ("micro_batch", i)),
+            )
+        if end > idle_from:
+            timeline.slice(base, PIPELINE_TRACK, "idle: the pipeline draining", idle_from, end)
+    for stage, i, sent, arrived in run.sends:
+        timeline.slice(
+            stage * stage_devices,
+            "hand-off",
+            f"micro-batch {i} to stage {stage + 1}",
+            sent,
+            arrived,
+            (("stage", stage), ("micro_batch", i)),
+        )
+    return timeline
+
+
 def pipelined_timing(
     program: Program,
     stages: Sequence[StepTiming],
@@ -153,13 +263,17 @@ def pipelined_timing(
     max_events: int,
 ) -> StepTiming:
     """A pipelined step's timing from its stages' (each one micro-batch, device time only):
-    the step is the pipeline's end plus the stack's host time once; the totals are the first
-    stage's devices' over the step's micro-batches (``p2p`` with socket 0's hand-offs to the
-    second stage), each kernel named by its stage (``s1/decoder``); ``pipeline`` says the
-    stages' times, the bubble and each boundary's hand-off."""
+    the step is the pipeline's end plus the stack's host time once; the totals are the
+    binding (slowest) stage's devices' over the step's micro-batches (``p2p`` with that
+    stage's first device's hand-offs to the next stage), each kernel named by its stage
+    (``s1/decoder``); ``pipeline`` says the stages' times, which binds, the bubble (and its
+    fill and drain and imbalance shares, :func:`bubble_shares`) and each boundary's
+    hand-off. Recorded stages give a trace of every stage's micro-batches
+    (:func:`pipeline_records`)."""
     parts = program.pipeline_micro_batches
+    stage_s = [timing.device_s for timing in stages]
     run = run_pipeline(
-        [timing.device_s for timing in stages],
+        stage_s,
         parts,
         program.pipeline_transfer_bytes,
         system,
@@ -171,13 +285,21 @@ def pipelined_timing(
     hosted = step_host_time(stack, program.shape, run.end_s, transfer, devices)
     host = hosted.added_s
     step = run.end_s + host
-    first = stages[0]
-    busy = {unit: value * parts for unit, value in first.busy_s.items()}
-    bytes_by_tier = {tier: value * parts for tier, value in first.bytes_by_tier.items()}
-    if run.hand_offs:  # socket 0 sends the first boundary's (module docstring)
-        bytes_by_tier["p2p"] += run.hand_offs[0].bytes * run.hand_offs[0].sends
+    binding = binding_stage(stage_s)
+    fill_drain, imbalance = bubble_shares(stage_s, parts, run.end_s)
+    bound = stages[binding]
+    busy = {unit: value * parts for unit, value in bound.busy_s.items()}
+    bytes_by_tier = {tier: value * parts for tier, value in bound.bytes_by_tier.items()}
+    if binding < len(run.hand_offs):  # its first device sends that boundary's
+        sent = run.hand_offs[binding]
+        bytes_by_tier["p2p"] += sent.bytes * sent.sends
+    records = None
+    if all(timing.records is not None for timing in stages):
+        timeline = pipeline_records(stages, run, program.devices)
+        record_host(timeline, run.end_s, hosted)
+        records = timeline.freeze()
     return replace(
-        first,
+        bound,
         step_s=step,
         runtime_s=host,
         host_serial_s=hosted.serial_s,
@@ -185,16 +307,16 @@ def pipelined_timing(
         host_transfer_s=hosted.transfer_s,
         batch=program.shape.batch,
         expert_schedule=program.expert_schedule,
-        flops=first.flops * parts,
-        vector_flops=first.vector_flops * parts,
+        flops=bound.flops * parts,
+        vector_flops=bound.vector_flops * parts,
         bytes_by_tier=bytes_by_tier,
         busy_s=busy,
-        link_busy_s={name: value * parts for name, value in first.link_busy_s.items()},
-        critical_s={unit: value * parts for unit, value in first.critical_s.items()},
-        link_flight_s={name: value * parts for name, value in first.link_flight_s.items()},
+        link_busy_s={name: value * parts for name, value in bound.link_busy_s.items()},
+        critical_s={unit: value * parts for unit, value in bound.critical_s.items()},
+        link_flight_s={name: value * parts for name, value in bound.link_flight_s.items()},
         utilization={unit: value / step for unit, value in busy.items()},
-        hbm_bandwidth_fraction=first.hbm_bandwidth_fraction * parts * first.step_s / step,
-        flops_fraction=first.flops_fraction * parts * first.step_s / step,
+        hbm_bandwidth_fraction=bound.hbm_bandwidth_fraction * parts * bound.step_s / step,
+        flops_fraction=bound.flops_fraction * parts * bound.step_s / step,
         kernels=tuple(
             replace(kernel, name=f"{stage_prefix(index)}{kernel.name}")
             for index, timing in enumerate(stages)
@@ -203,11 +325,15 @@ def pipelined_timing(
         events=sum(t.events for t in stages) + run.events,
         estimated_events=sum(t.estimated_events for t in stages),
         collectives=tuple(c for t in stages for c in t.collectives),
+        records=records,
         pipeline={
             "stages": len(stages),
             "micro_batches": parts,
-            "stage_s": [t.device_s for t in stages],
+            "stage_s": stage_s,
+            "binding_stage": binding,
             "bubble": run.bubble,
+            "fill_drain": fill_drain,
+            "imbalance": imbalance,
             "hand_offs": [hand_off.to_dict() for hand_off in run.hand_offs],
         },
     )

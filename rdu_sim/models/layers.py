@@ -14,6 +14,7 @@ builders and the memory plan all take it from here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -109,6 +110,27 @@ def body_starts(arch: Architecture) -> tuple[int, ...]:
             starts.append(layer)
             layer += len(segment.body)
     return tuple(starts)
+
+
+def stage_layers_problem(arch: Architecture, stage_layers: Sequence[int]) -> str | None:
+    """What is wrong with a pipeline's layer split ``stage_layers`` (each stage's layers, in
+    order) for ``arch``, or None: the counts must add up to its layers, and every cut fall
+    at a body's start (``body_starts``: a body's layers loop as one kernel, on one stage)."""
+    total = len(layer_kinds(arch))
+    if sum(stage_layers) != total:
+        return (
+            f"{list(stage_layers)} add up to {sum(stage_layers)} layers; the {arch.name} "
+            f"model has {total}"
+        )
+    starts, cut = set(body_starts(arch)), 0
+    for count in stage_layers[:-1]:
+        cut += count
+        if cut not in starts:
+            return (
+                f"{list(stage_layers)} cuts the {arch.name} model at layer {cut}, inside a "
+                "body of layers kept whole on one stage (they loop as one kernel)"
+            )
+    return None
 
 
 def segment_name(segment: Segment, kinds: tuple[LayerKind, ...]) -> str:

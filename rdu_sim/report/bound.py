@@ -47,11 +47,13 @@ kernels' execution time it did not take, and what is serial beside it (the kerne
 boundaries, the host's time on the step's path and the logits' trip over the host link, a
 GPU's wait for its launches, a pipeline's other stages).
 
-A pipelined step's resource times are its first stage's devices' over every micro-batch (so
-are its parts' execution and boundaries); the rest of its step is mostly the pipeline's
-bubble (stages idle while it fills and drains,
-``engine.pipeline``), which ``StepBound.bubble`` carries for every report that names the
-bound (:func:`bubble_words`).
+A pipelined step's resource times are its binding stage's devices' over every micro-batch
+(the slowest stage, which paces the pipeline: ``engine.pipeline.binding_stage``; so are its
+parts' execution and boundaries); the rest of its step is that stage idle while the pipeline
+fills before it and drains after it. The stages' idle share, the bubble, is that fill and
+drain and the lighter stages' waits for the binding one (``engine.pipeline.bubble_shares``),
+which ``StepBound.bubble`` carries for every report that names the bound
+(:func:`bubble_words`, with the caveat that one batch is in flight: :data:`BUBBLE_CAVEAT`).
 """
 
 from __future__ import annotations
@@ -382,10 +384,18 @@ def unaccounted(step_s: float, times: Mapping[str, float]) -> float:
     return rest if rest > UNACCOUNTED_SHARE * step_s else 0.0
 
 
-def bubble_words(bubble: float) -> str:
+BUBBLE_CAVEAT = "only one batch in flight: docs/parallelism.md, Left out"
+"""What every report that lays time on a pipeline's bubble adds once (:func:`bubble_words`):
+the pipeline runs one batch's micro-batches at a time, so a pipeline always loses to the
+bubble here, which a runtime's virtual engines would fill."""
+
+
+def bubble_words(bubble: float, caveat: bool = True) -> str:
     """A pipeline's bubble in words, for the reports that name a step's bound beside it
-    (``the pipeline's bubble 33.8% of its stages' time``)."""
-    return f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
+    (``the pipeline's bubble 33.8% of its stages' time``), with :data:`BUBBLE_CAVEAT` in
+    brackets unless ``caveat`` is false (a sentence naming several bubbles says it once)."""
+    words = f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
+    return f"{words} ({BUBBLE_CAVEAT})" if caveat else words
 
 
 PART_WORDS: dict[str, str] = {
@@ -394,7 +404,8 @@ PART_WORDS: dict[str, str] = {
     "execution": "the kernels' execution",
     "boundaries": "kernel boundaries (launch and sync)",
     "launch": "the device waiting for the host's kernel launches",
-    "pipeline": "the pipeline's other stages (its fill and drain)",
+    "pipeline": "the binding stage idle while the pipeline fills and drains (the other "
+    "stages' micro-batch and the hand-offs)",
     "runtime": "the serving stack's host time on the step's path",
     "host_link": RESOURCES["host_link"],
 }
@@ -412,23 +423,27 @@ SERIAL_BOUNDS = {
 def step_parts(timing: StepTiming, bound: StepBound) -> dict[str, float]:
     """The step's time as parts that add up to ``step_s``, each measured by the engine: the
     logits' trip over the host link (``host_link``) and the rest of the host time the serving
-    stack adds (``runtime``), a pipeline's other stages (``pipeline``: its device time
-    beyond its first stage's over every micro-batch), the device's time before and between
-    its kernels beyond their own (``launch`` on a GPU, the host's launches it waited for),
-    the kernels' boundaries (launch and sync) and their execution; the execution split into
-    the binding resource's time and the rest of it, ``idle`` (the kernels' execution time
-    the binding resource did not take: pipeline fill and drain inside each kernel, waits on
-    other resources). A bound that is itself a serial part (the boundaries, the launches,
-    the host, the host link) is that part, named by the resource, and the execution stays
-    whole. A pipelined step's kernels are measured as its resource times are (module
-    docstring): its first stage's kernels over every micro-batch. Parts of zero are left
-    out."""
+    stack adds (``runtime``), a pipeline's fill and drain (``pipeline``: its device time
+    beyond its binding stage's over every micro-batch, that stage idle while the other
+    stages run the first and last micro-batches and the hand-offs cross), the device's time
+    before and between its kernels beyond their own (``launch`` on a GPU, the host's
+    launches it waited for), the kernels' boundaries (launch and sync) and their execution;
+    the execution split into the binding resource's time and the rest of it, ``idle`` (the
+    kernels' execution time the binding resource did not take: pipeline fill and drain
+    inside each kernel, waits on other resources). A bound that is itself a serial part (the
+    boundaries, the launches, the host, the host link) is that part, named by the resource,
+    and the execution stays whole. A pipelined step's kernels are measured as its resource
+    times are (module docstring): its binding stage's kernels over every micro-batch (the
+    lighter stages' waits for it, the bubble's imbalance, are not on its timeline:
+    ``pipeline.imbalance`` says them). Parts of zero are left out."""
     pipeline = timing.pipeline
     if pipeline is None:
         kernels, times, stage_s = timing.kernels, 1, timing.device_s
     else:
         times = int(pipeline["micro_batches"])
-        kernels, stage_s = stage_kernels(timing, 0), float(pipeline["stage_s"][0])
+        binding = int(pipeline.get("binding_stage", 0))
+        kernels = stage_kernels(timing, binding)
+        stage_s = float(pipeline["stage_s"][binding])
     ran = sum(k.time_s for k in kernels) * times
     overheads = sum(k.overhead_s for k in kernels) * times
     device = stage_s * times

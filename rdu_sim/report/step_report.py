@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from rdu_sim.compiler.program import Placement, Program
+from rdu_sim.compiler.stages import pipeline_stages
 from rdu_sim.compiler.step_work import (
     ExpertStreams,
     expert_streams,
@@ -67,7 +68,13 @@ class StepReport:
         scenario, timing, program = self.scenario, self.timing, self.program
         data = timing.to_dict()
         data["memory"] = memory_plan(program.placement)
-        own = model_flops(scenario, program)
+        pipeline = data.get("pipeline")
+        binding = 0 if pipeline is None else int(pipeline["binding_stage"])
+        own = model_flops(scenario, program, binding)
+        if pipeline is not None:
+            p = scenario.workload.parallelism
+            held = pipeline_stages(scenario.model, p.pp, p.stage_layers)
+            pipeline["stage_layers"] = [stage.layers for stage in held]
         data["model_flops"] = own
         data["model_flops_fraction"] = model_flops_fraction(
             own, program.tp, timing.flops, timing.flops_fraction

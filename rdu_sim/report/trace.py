@@ -24,7 +24,11 @@ Format (the Chrome "Trace Event Format", JSON object form): ``traceEvents`` hold
 ``rdu-sim step --trace`` simulates every socket of the TP group (``engine.all_sockets``) so
 the trace holds them all; ``--trace-sockets one`` keeps the symmetric one-socket simulation.
 A GPU system's GPUs run in lockstep and the engine simulates GPU 0 (``sockets_simulated``
-in ``otherData``): its trace has that GPU only, and no counters.
+in ``otherData``): its trace has that GPU only, and no counters. A pipelined step's trace
+holds every stage (``engine.pipeline.pipeline_records``): stage ``s``'s sockets numbered
+after the earlier stages', each micro-batch's records at its start on the stage, a
+``pipeline`` track of micro-batches and idle gaps and a ``hand-off`` track on each stage's
+first socket.
 
 The engine only emits records (``StepTiming.records`` with ``record=True``); this module
 decides nothing about timing. Nothing is written until ``write_chrome_trace`` is called.
