@@ -680,6 +680,17 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
     return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
+def slots_spill_weights(scenario: Scenario) -> bool:
+    """Whether the workload's batch may push weights out of HBM rather than be refused: an
+    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU). Its
+    memory plan moves the least-read weights to DDR, and refuses only what does not fit
+    even so (`plan_memory`); so its capacity beside all the weights may be 0, whether no
+    slot fits beside them or the weights alone outgrow HBM under ``memory.weights: hbm``:
+    no cliff where they stop fitting (docs/memory.md). ``auto`` runs the capacity, so none
+    is no batch."""
+    return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
+
+
 def plan_memory(
     scenario: Scenario,
     batch_slots: int,
@@ -1321,26 +1332,42 @@ class WeightsSpilledWarning(RduSimWarning):
     steps read those from DDR every step (:func:`placement_warnings` says how much)."""
 
 
-def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
+def placement_warnings(
+    scenario: Scenario, placement: Placement, batch: str | None = None
+) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
-    read those weights from DDR)."""
+    read those weights from DDR). ``batch``: what set the plan's slots when not
+    ``serving.batch_slots`` (a step's ``--batch`` beyond them)."""
     held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
-    memory = scenario.workload.memory
-    share = (
-        "all the weights"
-        if memory.weights == "hbm"
-        else f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
-    )
+    memory, device = scenario.workload.memory, device_noun(scenario.hardware)
+    if memory.weights == "hbm":  # every weight HBM does not hold is in DDR
+        total = sum(
+            t.bytes
+            for t in placement.tensors
+            if t.kind == "weights" and not t.name.startswith(DRAFT_PREFIX)
+        )
+        share, other = "all the weights", total - held
+        if total > wanted:  # not even alone would they fit
+            share += f" ({human.size(total, 4)}, more than the whole HBM holds)"
+    else:
+        share = f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
+        other = wanted - held
     read = weights_read_from_ddr(scenario, placement)
+    slots = placement.batch_slots
+    given, remedy = (
+        (f"serving.batch_slots {slots}", "lower serving.batch_slots or set it to auto")
+        if batch is None
+        else (batch, f"a smaller {batch.split()[0]}")
+    )
     return [
-        f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
+        f"{given} leaves HBM room for "
         f"{human.size(held, 4)} of weights instead of {share}: the other "
-        f"{human.size(wanted - held, 4)} per socket sit in DDR, and a decode step of "
-        f"{human.count(placement.batch_slots, 'slot')} reads {human.size(read, 4)} of them from "
-        "there (lower serving.batch_slots or set it to auto)"
+        f"{human.size(other, 4)} per {device} sit in DDR, and a decode step of "
+        f"{human.count(slots, 'slot')} reads {human.size(read, 4)} of them from "
+        f"there ({remedy})"
     ]
 
 
