@@ -1,12 +1,13 @@
-"""One verdict on one layout: an explicit ``serving.batch_slots`` on hardware with DDR spills
-the least-read weights there rather than be refused, even where not one slot fits beside all
-the weights, or the weights alone outgrow HBM under ``memory.weights: hbm`` (no cliff where
-they stop fitting: docs/memory.md); ``auto`` runs the capacity, so none is refused. ``step``,
-``inspect graph``, ``run``, ``compare`` and ``check`` ask the one rule
-(``compiler.placement.slots_spill_weights``, through ``Compiler.batch_capacity``). The
-newcomer trial's ``step`` ran Llama 70B at tp=2 (66.7 GiB of weights a 64 GiB socket) while
-``run`` simulated every request and then refused it, and ``compare`` and ``inspect graph``
-refused it."""
+"""One verdict on one layout, from every command (``step``, ``inspect graph``, ``run``,
+``compare``, ``check``): an explicit ``serving.batch_slots`` on hardware with DDR spills the
+least-read weights there rather than be refused, even where not one slot fits beside all the
+weights (no cliff there: docs/memory.md; ``compiler.placement.slots_spill_weights``, asked
+by ``Compiler.batch_capacity``); weights that alone outgrow HBM under ``memory.weights: hbm``
+are refused, explicit slots or ``auto`` (``WeightsCapacityError``, from the capacity and
+every memory plan). The newcomer trial's ``step`` ran Llama 70B at tp=2 (66.7 GiB of weights
+a 64 GiB socket) with 42.8 GiB of them in DDR and no warning, while ``run`` simulated every
+request and then refused it, and ``compare`` and ``inspect graph`` refused it; a layout whose
+weights fit but leave no slot room, ``step`` and ``check`` ran and the others refused."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from rdu_sim.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_8B = str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml")
-# Llama 8B's 14.96 GiB of BF16 weights on a socket of 14 GiB of HBM: they alone do not fit
+# Llama 8B's 14.96 GiB of BF16 weights: on 15.9 GiB of HBM they fit and leave no room for a
+# slot (1 GiB of KV cache); on 14 GiB they alone do not fit
+NO_ROOM = ["--set", "hw.socket.hbm.capacity=15.9 GiB", "--set", "serving.batch_slots=8"]
 SMALL_HBM = ["--set", "hw.socket.hbm.capacity=14 GiB", "--set", "serving.batch_slots=8"]
 SHORT = [
     "--set",
@@ -40,48 +43,59 @@ SPILLED = "serving.batch_slots 8 leaves HBM room for"
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_explicit_slots_beside_weights_larger_than_hbm_spill_in_every_command(
+def test_explicit_slots_with_no_room_beside_the_weights_spill_in_every_command(
     command: str,
 ) -> None:
-    """8 explicit slots, weights larger than HBM: every command runs the plan that puts
-    the KV cache in HBM and most weights in DDR, and says so in the run's words (all the
-    weights, more than HBM holds; the bytes in DDR are every weight HBM does not hold)."""
-    result = CliRunner().invoke(cli, [*COMMANDS[command], *SMALL_HBM])
+    """8 explicit slots beside weights that fit HBM with no room for one slot: every command
+    runs the plan that keeps the KV cache in HBM and pushes weights to DDR, and says so in
+    the run's words."""
+    result = CliRunner().invoke(cli, [*COMMANDS[command], *NO_ROOM])
     assert result.exit_code == 0, result.output
+    assert "does not fit" not in result.output  # compare: no column refused
     if command != "inspect":  # inspect graph reports the plan, not a warning
         assert SPILLED in result.output, result.output
-        assert "of weights instead of all the weights (14.96 GiB, more than the whole HBM" in (
-            result.output
-        )
 
 
+@pytest.mark.parametrize("slots", ["8", "auto"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_auto_slots_beside_weights_larger_than_hbm_are_refused_by_every_command(
-    command: str,
+def test_weights_alone_larger_than_hbm_are_refused_by_every_command(
+    command: str, slots: str
 ) -> None:
-    """The same layout with ``auto`` slots: not one slot, so no batch; every command exits 2
-    with the capacity error (compare: its only column refused)."""
+    """Weights larger than HBM under ``memory.weights: hbm``: no batch, explicit or
+    ``auto``; every command exits 2 with the capacity error before simulating (compare: its
+    only column refused)."""
     result = CliRunner().invoke(
-        cli, [*COMMANDS[command], *SMALL_HBM, "--set", "serving.batch_slots=auto"]
+        cli, [*COMMANDS[command], *SMALL_HBM, "--set", f"serving.batch_slots={slots}"]
     )
     assert result.exit_code == 2, result.output
     assert "the weights alone do not fit, so not one sequence does" in result.output
+    assert "serve the weights from DDR (memory.weights hot_set or streamed" in result.output
 
 
-def test_check_and_inspect_report_capacity_zero(tmp_path: Path) -> None:
-    """``check`` of such a file passes it (it plans what the run plans), and ``inspect
-    graph``'s JSON says no slot fits beside all the weights: capacity 0, the plan's 8 slots."""
+def _workload(tmp_path: Path, hbm: str) -> Path:
+    """The 8B workload with 8 slots on a socket of ``hbm`` HBM, as files ``check`` reads."""
     (tmp_path / "hw.yaml").write_text(
         f"extends: {ROOT / 'hw_configs' / 'sn40l.yaml'}\nname: small\n"
-        "socket:\n  hbm:\n    capacity: 14 GiB\n"
+        f"socket:\n  hbm:\n    capacity: {hbm}\n"
     )
     text = Path(LLAMA_8B).read_text().replace("../hw_configs/sn40l.yaml", "hw.yaml")
     workload = tmp_path / "wl.yaml"
     workload.write_text(text.replace("batch_slots: 16", "batch_slots: 8"))
-    checked = CliRunner().invoke(cli, ["check", str(workload)])
+    return workload
+
+
+def test_check_gives_the_run_s_verdict_and_inspect_reports_capacity_zero(
+    tmp_path: Path,
+) -> None:
+    """``check`` plans what the run plans: it passes the slots that spill, and refuses
+    weights that alone outgrow HBM; ``inspect graph``'s JSON of the first says no slot fits
+    beside all the weights: capacity 0, the plan's 8 slots."""
+    checked = CliRunner().invoke(cli, ["check", str(_workload(tmp_path, "15.9 GiB"))])
     assert checked.exit_code == 0 and checked.output.startswith("OK"), checked.output
-    inspected = CliRunner().invoke(cli, ["inspect", "graph", LLAMA_8B, "--json", *SMALL_HBM])
-    data = json.loads(inspected.output)
+    refused = CliRunner().invoke(cli, ["check", str(_workload(tmp_path, "14 GiB"))])
+    assert refused.exit_code == 2 and "the weights alone do not fit" in refused.output
+    inspected = CliRunner().invoke(cli, ["inspect", "graph", LLAMA_8B, "--json", *NO_ROOM])
+    data = json.loads(inspected.stdout)
     assert data["batch_capacity"] == 0 and data["placement"]["batch_slots"] == 8
 
 

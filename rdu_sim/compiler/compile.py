@@ -48,6 +48,7 @@ from rdu_sim.compiler.errors import (
     CapacityError,
     HardwareCapacityError,
     SlotsCapacityError,
+    WeightsCapacityError,
     at_hardware,
     at_slots,
 )
@@ -151,8 +152,9 @@ class Compiler:
         compare, inspect graph and check all ask here, so they agree)."""
         try:
             return min(self._stage_capacity(stage, runnable) for stage in self._stages)
-        except CapacityError as exc:  # not a socket that cannot hold a kernel: memory's
-            if slots_spill_weights(self.scenario) and not isinstance(exc, HardwareCapacityError):
+        except CapacityError as exc:  # a slot beside the weights (not the weights, a kernel)
+            refused = isinstance(exc, (HardwareCapacityError, WeightsCapacityError))
+            if slots_spill_weights(self.scenario) and not refused:
                 return 0  # the memory plan decides
             raise
 

@@ -44,6 +44,7 @@ from rdu_sim.compiler.errors import (
     FEWER_SLOTS,
     CapacityError,
     SlotsCapacityError,
+    WeightsCapacityError,
     join_remedies,
 )
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
@@ -680,14 +681,24 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
     return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
+def weights_outgrow_hbm(scenario: Scenario, stage: PipelineStage | None = None) -> bool:
+    """Whether one device's weights (a pipeline ``stage``'s) alone fill its HBM under
+    ``memory.weights: hbm``, which keeps every one there: then no batch runs
+    (`WeightsCapacityError`, raised by `batch_capacity` and every memory plan)."""
+    if scenario.workload.memory.weights != "hbm":
+        return False
+    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+    return total >= scenario.hardware.hbm.capacity
+
+
 def slots_spill_weights(scenario: Scenario) -> bool:
     """Whether the workload's batch may push weights out of HBM rather than be refused: an
     explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU). Its
     memory plan moves the least-read weights to DDR, and refuses only what does not fit
-    even so (`plan_memory`); so its capacity beside all the weights may be 0, whether no
-    slot fits beside them or the weights alone outgrow HBM under ``memory.weights: hbm``:
-    no cliff where they stop fitting (docs/memory.md). ``auto`` runs the capacity, so none
-    is no batch."""
+    even so (`plan_memory`); so its capacity beside all the weights may be 0 (no cliff where
+    a slot stops fitting beside them: docs/memory.md). Not weights that alone outgrow HBM
+    under ``memory.weights: hbm`` (`WeightsCapacityError`, every command alike). ``auto``
+    runs the capacity, so none is no batch."""
     return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
 
 
@@ -714,6 +725,8 @@ def plan_memory(
 
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
+    if weights_outgrow_hbm(scenario, stage):  # no plan of any slots: the capacity's refusal
+        batch_capacity(scenario, stage=stage, system=system, runnable=False)
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
@@ -1134,8 +1147,9 @@ def batch_capacity(
     the slices). Under the MLA sequence_split layout the runnable batch is the most beside
     the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
 
-    `strict` raises CapacityError when not even one slot fits (with the ways out);
-    otherwise 0 is returned.
+    `strict` raises CapacityError when not even one slot fits (with the ways out;
+    `WeightsCapacityError` when the weights alone outgrow HBM under ``memory.weights:
+    hbm``); otherwise 0 is returned.
     """
     hbm = scenario.hardware.hbm.capacity
     total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
@@ -1150,7 +1164,7 @@ def batch_capacity(
             device = device_noun(scenario.hardware)
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
             # weights HBM must keep whole that fill it: only what shrinks them helps
-            alone = scenario.workload.memory.weights == "hbm" and total >= hbm
+            alone = weights_outgrow_hbm(scenario, stage)
             page = scenario.stack.kv_page_tokens
             # a page longer than any sequence: every request reserves it whole, so it sets
             # the smallest reservation, not the context
@@ -1203,7 +1217,8 @@ def batch_capacity(
                 f"{max_prompt_tokens(scenario):,}-token prompt)"
             )
             sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
-            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
+            kind = WeightsCapacityError if alone else CapacityError
+            raise kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
@@ -1342,19 +1357,12 @@ def placement_warnings(
     held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
-    memory, device = scenario.workload.memory, device_noun(scenario.hardware)
-    if memory.weights == "hbm":  # every weight HBM does not hold is in DDR
-        total = sum(
-            t.bytes
-            for t in placement.tensors
-            if t.kind == "weights" and not t.name.startswith(DRAFT_PREFIX)
-        )
-        share, other = "all the weights", total - held
-        if total > wanted:  # not even alone would they fit
-            share += f" ({human.size(total, 4)}, more than the whole HBM holds)"
-    else:
-        share = f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
-        other = wanted - held
+    memory = scenario.workload.memory
+    share = (
+        "all the weights"
+        if memory.weights == "hbm"
+        else f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
+    )
     read = weights_read_from_ddr(scenario, placement)
     slots = placement.batch_slots
     given, remedy = (
@@ -1365,7 +1373,7 @@ def placement_warnings(
     return [
         f"{given} leaves HBM room for "
         f"{human.size(held, 4)} of weights instead of {share}: the other "
-        f"{human.size(other, 4)} per {device} sit in DDR, and a decode step of "
+        f"{human.size(wanted - held, 4)} per socket sit in DDR, and a decode step of "
         f"{human.count(slots, 'slot')} reads {human.size(read, 4)} of them from "
         f"there ({remedy})"
     ]

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from rdu_sim import human
 from rdu_sim.compiler import CapacityError, Compiler
+from rdu_sim.compiler.errors import WeightsCapacityError
 from rdu_sim.compiler.placement import (
     WeightsSpilledWarning,
     placement_warnings,
@@ -125,10 +126,13 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     runs whatever the capacity beside all the weights (0 when not one slot fits there): its
     memory plan pushes the least-read weights to DDR, and refuses only what does not fit even
     so (``compiler.placement.plan_memory``, docs/memory.md); on hardware with DDR to spill to
-    (not a GPU)."""
+    (not a GPU). Weights that alone outgrow HBM under ``memory.weights: hbm`` are refused
+    all the same (``WeightsCapacityError``)."""
     if slots_spill_weights(scenario):
         try:
             capacity = backend.batch_capacity(scenario)
+        except WeightsCapacityError:  # the weights alone outgrow HBM: no batch runs
+            raise
         except CapacityError:  # not one slot beside all the weights: the plan spills them
             capacity = 0
         return capacity, scenario.workload.serving.slots_for(lambda: capacity)
