@@ -54,6 +54,7 @@ from rdu_sim.serving.backend import (
     resolve_batch_slots,
     step_batch,
     warn_over_pool,
+    warn_spilled,
 )
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import default_step_shape as _default_step_shape
@@ -229,6 +230,7 @@ def step(
     )
     if phase == "decode":  # does its pool hold the batch, given or the default (one at least)?
         warn_over_pool(scenario, backend, int(shape.batch), context)  # a numpy integer too
+    warn_spilled(scenario, backend, shape)  # weights its memory plan pushed to DDR, as run's
     return backend.step_cost(scenario, shape)
 
 

@@ -79,20 +79,24 @@ def test_slow_pmus_name_the_pmu_sram_bandwidth() -> None:
 
 def test_explicit_slots_spill_weights_below_the_capacity_cliff() -> None:
     """8 slots on 16 GiB of HBM: fewer than the weights and 8 slots need, so the least-read
-    weights go to DDR (docs/memory.md), as at 16.05 GiB: no cliff between them. At 8 GiB
-    even the 8 slots' KV cache does not fit: refused at serving.batch_slots, with the
-    numbers."""
+    weights go to DDR (docs/memory.md), as at 16.05 GiB: no cliff between them. 16 slots on
+    15.9 GiB: their KV cache alone does not fit, refused at serving.batch_slots, with the
+    numbers. At 14 GiB the weights alone do not fit (``memory.weights: hbm``): refused
+    whatever the slots."""
     # beside all the weights, not one slot fits at 16 GiB and one at 16.05 GiB
     for capacity, beside in (("16 GiB", 0), ("16.05 GiB", 1)):
         overrides = {"serving.batch_slots": 8, "hw.socket.hbm.capacity": capacity}
         plan = plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
         assert plan[:2] == (beside, 8) and plan[2].tiers["ddr"].weights_bytes > 7.4e9
-    overrides = {"serving.batch_slots": 8, "hw.socket.hbm.capacity": "8 GiB"}
+    overrides = {"serving.batch_slots": 16, "hw.socket.hbm.capacity": "15.9 GiB"}
     with pytest.raises(CapacityError) as caught:
         plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
     message = str(caught.value)
     assert "serving.batch_slots" in message and "(from overrides: serving.batch_slots)" in message
-    assert "the KV cache of 8 slots (8 GiB" in message
+    assert "the KV cache of 16 slots (16 GiB" in message
+    overrides = {"serving.batch_slots": 8, "hw.socket.hbm.capacity": "14 GiB"}
+    with pytest.raises(CapacityError, match="the weights alone do not fit"):
+        plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
 
 
 def _bad_hardware(tmp: Path, body: str) -> Path:

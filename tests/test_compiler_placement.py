@@ -16,6 +16,7 @@ from rdu_sim.compiler import (
     weight_inventory,
     whole_queries,
 )
+from rdu_sim.compiler.errors import WeightsCapacityError
 from rdu_sim.compiler.program import Placement
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
@@ -140,14 +141,23 @@ def test_mla_layouts_order_the_batch_capacity() -> None:
 
 
 def test_over_large_model_gets_the_clear_error() -> None:
+    """405B on one socket: under ``memory.weights: hbm`` the weights alone outgrow HBM, which
+    every memory plan refuses as the capacity does (explicit slots too); streamed from DDR,
+    they outgrow its 1 GiB, and the plan says so."""
+    overrides = {
+        "model": "llama-3.1-405b",
+        "hw.socket.ddr.capacity": "1 GiB",
+        "serving.batch_slots": 1,
+        "serving.max_context": 8192,
+    }
+    scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
+    with pytest.raises(WeightsCapacityError, match="the weights alone do not fit"):
+        plan_memory(scenario, 1)
+    with pytest.raises(CapacityError, match="the weights alone do not fit"):
+        batch_capacity(scenario)
     scenario = load_scenario(
         "workloads/llama3.1-8b-1socket.yaml",
-        overrides={
-            "model": "llama-3.1-405b",
-            "hw.socket.ddr.capacity": "1 GiB",
-            "serving.batch_slots": 1,
-            "serving.max_context": 8192,
-        },
+        overrides={**overrides, "memory.weights": "streamed"},
     )
     with pytest.raises(CapacityError) as info:
         plan_memory(scenario, 1)
@@ -161,8 +171,6 @@ def test_over_large_model_gets_the_clear_error() -> None:
         "fp8",
     ):
         assert words in message
-    with pytest.raises(CapacityError, match="the weights alone do not fit"):
-        batch_capacity(scenario)
 
 
 def test_no_room_for_a_compressed_slot_names_the_budget_and_offers_lowering_it() -> None:
@@ -375,8 +383,8 @@ def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
 def test_weights_spill_lowest_bandwidth_need_first() -> None:
     scenario = load_scenario(
         "workloads/deepseek-r1-128k-snapstream.yaml",
-        overrides={"hw.socket.hbm.capacity": "40 GiB", "serving.batch_slots": 8},
-    )
+        overrides={"hw.socket.hbm.capacity": "41 GiB", "serving.batch_slots": 8},
+    )  # 40.78 GiB of weights a socket: they fit, and the 8 slots push some out
     placement = plan_memory(scenario, 8)
     for usage in placement.tiers.values():
         assert usage.used_bytes <= usage.capacity_bytes

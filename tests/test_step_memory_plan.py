@@ -22,12 +22,18 @@ def _step(*args: str) -> tuple[int, str]:
 
 def test_a_step_whose_weights_spill_says_where_they_live() -> None:
     """24 GiB of HBM hold the workload's 16 slots' KV and part of the weights: the step of
-    batch 8 runs on that plan, and says so, with the weights' split."""
-    code, out = _step("--set", "hw.socket.hbm.capacity=24GiB", "--json")
-    assert code == 0
-    memory = json.loads(out)["memory"]
+    batch 8 runs on that plan, and says so, with the weights' split, and warns as a run does."""
+    result = CliRunner().invoke(
+        cli, ["step", LLAMA_1S, "--batch", "8", "--set", "hw.socket.hbm.capacity=24GiB", "--json"]
+    )
+    assert result.exit_code == 0
+    memory = json.loads(result.stdout)["memory"]
     assert memory["plan_slots"] == 16
     assert memory["weights_ddr_bytes"] > 0 and memory["weights_hbm_bytes"] > 0
+    # and warns as a run of those slots does (the run's words, on standard error)
+    assert "warning: " in result.stderr and "serving.batch_slots 16 leaves HBM room" in (
+        result.stderr
+    )
     code, out = _step("--set", "hw.socket.hbm.capacity=24GiB")
     assert code == 0
     assert "GiB in DDR: the memory plan for the workload's 16 slots, serving.batch_slots" in out

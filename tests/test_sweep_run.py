@@ -732,3 +732,40 @@ def test_a_damaged_attempts_count_heals_on_its_rerun(tmp_path: Path) -> None:
     assert stored == (1, "integer")
     again = run_sweep(write_spec(tmp_path), db=db, workers=1, progress=Recorder())
     assert again.ran == 0 and again.already_done == first.done
+
+
+BUBBLE_SPEC = """
+name: bubble
+set: {serving.requests: 4, serving.batch_slots: 4, serving.output_tokens: {dist: fixed, value: 8}}
+zip:
+  - parallelism.tp: [8, 4]
+    parallelism.pp: [1, 2]
+metrics: [decode_tokens_per_s, decode_step.pipeline_bubble, kv_pool.pages]
+"""
+
+
+@pytest.mark.parametrize("first_pp", [1, 2])
+def test_a_name_the_result_declares_a_run_leaves_out_is_null(tmp_path: Path, first_pp: int) -> None:
+    """``decode_step.pipeline_bubble`` (a pipeline's only) and ``kv_pool.pages`` (a paged
+    stack's only): the run's JSON leaves them out where they do not apply, so a sweep over
+    ``pp`` whose first point has no pipeline stopped ('not in the results'), and in the other
+    order said of the pp=1 row 'the run ran no decode step'. Both orders now run, the pp=1
+    point null, and the table says why."""
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import cli
+
+    body = BUBBLE_SPEC if first_pp == 1 else BUBBLE_SPEC.replace("[8, 4]", "[4, 8]")
+    body = body if first_pp == 1 else body.replace("[1, 2]", "[2, 1]")
+    spec = tmp_path / "bubble.yaml"
+    spec.write_text(f"base: {ROOT / 'workloads' / 'llama3.1-8b-8socket.yaml'}\n" + body)
+    result = CliRunner().invoke(cli, ["sweep", str(spec), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    frame = load(tmp_path / "bubble.sqlite").set_index("parallelism.pp")
+    bubble, pages = frame["decode_step.pipeline_bubble"], frame["kv_pool.pages"]
+    assert bubble.isna()[1] and 0 < bubble[2] < 1
+    assert pages.isna().all()
+    words = " ".join(result.output.split())
+    assert "in decode_step.pipeline_bubble: the step runs no pipeline (parallelism.pp 1)" in words
+    assert "the run ran no decode step" not in words
+    assert "in kv_pool.pages: the stack keeps static slots, not a paged KV pool" in words

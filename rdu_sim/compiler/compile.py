@@ -45,8 +45,10 @@ from rdu_sim.compiler.buffers import (
     rows_floor,
 )
 from rdu_sim.compiler.errors import (
+    CapacityError,
     HardwareCapacityError,
     SlotsCapacityError,
+    WeightsCapacityError,
     at_hardware,
     at_slots,
 )
@@ -61,6 +63,7 @@ from rdu_sim.compiler.placement import (
     hbm_fractions,
     plan_memory,
     slot_tokens,
+    slots_spill_weights,
     whole_queries,
 )
 from rdu_sim.compiler.program import (
@@ -143,16 +146,30 @@ class Compiler:
 
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
-        pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`)."""
+        pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`); 0
+        when not one does and the workload's explicit slots spill weights instead
+        (`placement.slots_spill_weights`), else a CapacityError."""
         if self._capacity is None:
-            self._capacity = min(self._stage_capacity(stage, True) for stage in self._stages)
+            self._capacity = self._capacity_of(True)
         return self._capacity
 
     def memory_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage), whether or not the stack runs that batch: the most an explicit
-        ``serving.batch_slots`` runs without spilling weights."""
-        return min(self._stage_capacity(stage, False) for stage in self._stages)
+        ``serving.batch_slots`` runs without spilling weights (0, or a CapacityError, as
+        `batch_capacity`)."""
+        return self._capacity_of(False)
+
+    def _capacity_of(self, runnable: bool) -> int:
+        """The tightest stage's capacity; the one rule of what none means (run, step,
+        compare, inspect graph and check all ask here, so they agree)."""
+        try:
+            return min(self._stage_capacity(stage, runnable) for stage in self._stages)
+        except CapacityError as exc:  # a slot beside the weights (not the weights, a kernel)
+            refused = isinstance(exc, (HardwareCapacityError, WeightsCapacityError))
+            if slots_spill_weights(self.scenario) and not refused:
+                return 0  # the memory plan decides
+            raise
 
     def _stage_capacity(self, stage: PipelineStage | None, runnable: bool) -> int:
         view = self.view

@@ -18,6 +18,13 @@ class CapacityError(InputError):
     """
 
 
+class WeightsCapacityError(CapacityError):
+    """The weights alone outgrow HBM under ``memory.weights: hbm``, which keeps every weight
+    there: no batch runs, not even an explicit ``serving.batch_slots`` (whose memory plan
+    otherwise pushes the least-read weights to DDR); DDR holds weights only when
+    ``memory.weights`` says so (``hot_set``, ``streamed``)."""
+
+
 FEWER_SLOTS = "lower serving.batch_slots"
 """The remedy of fewer slots as a plan of the workload's slots words it (`SlotsCapacityError`
 names a command's option in its place)."""

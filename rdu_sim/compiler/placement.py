@@ -44,6 +44,7 @@ from rdu_sim.compiler.errors import (
     FEWER_SLOTS,
     CapacityError,
     SlotsCapacityError,
+    WeightsCapacityError,
     join_remedies,
 )
 from rdu_sim.compiler.fusion import KernelGraph, kernel_graphs, step_groups
@@ -714,6 +715,27 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
     return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
+def weights_outgrow_hbm(scenario: Scenario, stage: PipelineStage | None = None) -> bool:
+    """Whether one device's weights (a pipeline ``stage``'s) alone fill its HBM under
+    ``memory.weights: hbm``, which keeps every one there: then no batch runs
+    (`WeightsCapacityError`, raised by `batch_capacity` and every memory plan)."""
+    if scenario.workload.memory.weights != "hbm":
+        return False
+    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+    return total >= scenario.hardware.hbm.capacity
+
+
+def slots_spill_weights(scenario: Scenario) -> bool:
+    """Whether the workload's batch may push weights out of HBM rather than be refused: an
+    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU). Its
+    memory plan moves the least-read weights to DDR, and refuses only what does not fit
+    even so (`plan_memory`); so its capacity beside all the weights may be 0 (no cliff where
+    a slot stops fitting beside them: docs/memory.md). Not weights that alone outgrow HBM
+    under ``memory.weights: hbm`` (`WeightsCapacityError`, every command alike). ``auto``
+    runs the capacity, so none is no batch."""
+    return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
+
+
 def plan_memory(
     scenario: Scenario,
     batch_slots: int,
@@ -739,6 +761,8 @@ def plan_memory(
 
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
+    if weights_outgrow_hbm(scenario, stage):  # no plan of any slots: the capacity's refusal
+        batch_capacity(scenario, stage=stage, system=system, runnable=False)
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
@@ -1161,8 +1185,9 @@ def batch_capacity(
     the slices). Under the MLA sequence_split layout the runnable batch is the most beside
     the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
 
-    `strict` raises CapacityError when not even one slot fits (with the ways out);
-    otherwise 0 is returned. ``facts``: the scenario's, when its caller keeps them.
+    `strict` raises CapacityError when not even one slot fits (with the ways out;
+    `WeightsCapacityError` when the weights alone outgrow HBM under ``memory.weights:
+    hbm``); otherwise 0 is returned. ``facts``: the scenario's, when its caller keeps them.
     """
     facts = PlanFacts(scenario) if facts is None else facts
     hbm = scenario.hardware.hbm.capacity
@@ -1178,7 +1203,7 @@ def batch_capacity(
             device = device_noun(scenario.hardware)
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
             # weights HBM must keep whole that fill it: only what shrinks them helps
-            alone = scenario.workload.memory.weights == "hbm" and total >= hbm
+            alone = weights_outgrow_hbm(scenario, stage)
             page = scenario.stack.kv_page_tokens
             # a page longer than any sequence: every request reserves it whole, so it sets
             # the smallest reservation, not the context
@@ -1231,7 +1256,8 @@ def batch_capacity(
                 f"{max_prompt_tokens(scenario):,}-token prompt)"
             )
             sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
-            raise CapacityError(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
+            kind = WeightsCapacityError if alone else CapacityError
+            raise kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
@@ -1361,10 +1387,13 @@ class WeightsSpilledWarning(RduSimWarning):
     steps read those from DDR every step (:func:`placement_warnings` says how much)."""
 
 
-def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
+def placement_warnings(
+    scenario: Scenario, placement: Placement, batch: str | None = None
+) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
-    read those weights from DDR)."""
+    read those weights from DDR). ``batch``: what set the plan's slots when not
+    ``serving.batch_slots`` (a step's ``--batch`` beyond them)."""
     held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
@@ -1375,12 +1404,18 @@ def placement_warnings(scenario: Scenario, placement: Placement) -> list[str]:
         else f"a hot set of {human.size(wanted, 4)} (memory.weights hot_set)"
     )
     read = weights_read_from_ddr(scenario, placement)
+    slots = placement.batch_slots
+    given, remedy = (
+        (f"serving.batch_slots {slots}", "lower serving.batch_slots or set it to auto")
+        if batch is None
+        else (batch, f"a smaller {batch.split()[0]}")
+    )
     return [
-        f"serving.batch_slots {placement.batch_slots} leaves HBM room for "
+        f"{given} leaves HBM room for "
         f"{human.size(held, 4)} of weights instead of {share}: the other "
         f"{human.size(wanted - held, 4)} per socket sit in DDR, and a decode step of "
-        f"{human.count(placement.batch_slots, 'slot')} reads {human.size(read, 4)} of them from "
-        "there (lower serving.batch_slots or set it to auto)"
+        f"{human.count(slots, 'slot')} reads {human.size(read, 4)} of them from "
+        f"there ({remedy})"
     ]
 
 

@@ -11,6 +11,7 @@ configuration on the sweep machinery (SQLite store, resume, process pool or Dask
 
 from pathlib import Path
 
+from rdu_sim.plan.evaluate import early_verdict
 from rdu_sim.plan.frontier import frontier_rows, plan_summary
 from rdu_sim.plan.search import PlanResult, run_plan
 from rdu_sim.plan.spec import LoadedPlan, load_plan
@@ -19,15 +20,30 @@ from rdu_sim.plan.spec import LoadedPlan, load_plan
 def check_plan(path: str | Path) -> str:
     """Validate a plan spec and its base cluster; a one-line description (rdu-sim check),
     with the SLO the plan holds every configuration to and, when it searches disaggregation,
-    the KV link."""
+    the KV link. Every configuration is resolved as the plan's first run of it would be
+    (``evaluate.early_verdict``: its layout, and its pools' memory plans): those that cannot
+    run are counted, with the first one's reason, as the plan marks them infeasible (rows of
+    its table, not errors)."""
+    from rdu_sim.api import share_steps  # the simulator's memory plans, shared
+
     loaded = load_plan(path)
     configurations = loaded.configurations()
     disaggregated = any(c.ratio is not None for c in configurations)
     link = f"; disaggregated: {loaded.link_words()}" if disaggregated else ""
+    with share_steps():
+        verdicts = [(c, early_verdict(loaded, c)) for c in configurations]
+    infeasible = [(c, why) for c, why in verdicts if why is not None]
+    found = "all can run"
+    if infeasible:
+        first, why = infeasible[0]
+        found = (
+            f"{len(infeasible)} of them infeasible, which plan marks so and does not run "
+            f"(first: {first.label()}: {why})"
+        )
     return (
         f"{loaded.name!r}: {len(configurations)} configuration(s) over cluster "
         f"{loaded.base.config.name!r}, up to {loaded.spec.search.max_replicas} replicas each; "
-        f"SLO {loaded.slo_words()}{link}"
+        f"SLO {loaded.slo_words()}{link}; {found}"
     )
 
 

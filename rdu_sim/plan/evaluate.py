@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim.input_errors import InputError
-from rdu_sim.plan.spec import PlanPoint
+from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint
 from rdu_sim.plugins import PolicyAnswerError
 
 if TYPE_CHECKING:
@@ -107,6 +107,23 @@ def measure(result: ClusterResult) -> dict[str, Any]:
             metrics["tpot_step_batch"] = shape.batch
             metrics["tpot_step_context"] = shape.cache_len
     return metrics
+
+
+def early_verdict(loaded: LoadedPlan, configuration: Configuration) -> str | None:
+    """Why ``configuration`` is infeasible before anything is simulated, in the words
+    ``rdu-sim plan`` marks it with, or None when it may run: the cluster of its first
+    search step (one replica unit, ``Search.next_units``) refused by the config (a layout the
+    model or the machine cannot take: ``LoadedPlan.build``), or by what its cluster run
+    decides before simulating (each pool's batch slots and memory plan,
+    ``api_cluster.plan_cluster``). ``rdu-sim check`` asks it of every configuration."""
+    api_cluster: Any = importlib.import_module("rdu_sim.api_cluster")
+    try:
+        api_cluster.plan_cluster(loaded.build(configuration, 1).cluster)
+    except PolicyAnswerError:  # a plugin's defect, not an infeasible configuration
+        raise
+    except InputError as exc:
+        return " ".join(str(exc).split())
+    return None
 
 
 def evaluate(point: PlanPoint) -> dict[str, Any]:

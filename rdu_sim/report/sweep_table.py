@@ -127,7 +127,13 @@ MISSING_REASONS: tuple[tuple[str, str], ...] = (
         "batch slot (serving.requests >= 3 x serving.batch_slots); decode_tokens_per_s counts "
         "the whole run",
     ),
+    ("decode_step.pipeline_bubble", "the step runs no pipeline (parallelism.pp 1)"),
+    ("prefill_step.pipeline_bubble", "the step runs no pipeline (parallelism.pp 1)"),
     ("decode_step", "the run ran no decode step"),
+    ("prefill_step", "the run ran no prefill step"),
+    ("kv_pool.preemptions", "the stack's KV pool reserves each request's pages: none preempted"),
+    ("kv_pool", "the stack keeps static slots, not a paged KV pool"),
+    ("weight_replicas", "the plan holds no weights whole beyond their slices"),
     ("speculation", "the workload does not speculate"),
     ("coe", "the workload is not a Composition of Experts"),
     ("energy.usd", "the hardware is not priced (hw.cost.usd_per_socket_hour)"),

@@ -13,7 +13,13 @@ from typing import Any, Protocol
 
 from rdu_sim import human
 from rdu_sim.compiler import CapacityError, Compiler
-from rdu_sim.compiler.placement import slot_words, tier_capacities
+from rdu_sim.compiler.errors import WeightsCapacityError
+from rdu_sim.compiler.placement import (
+    WeightsSpilledWarning,
+    placement_warnings,
+    slot_words,
+    slots_spill_weights,
+)
 from rdu_sim.compiler.program import Placement, Program
 from rdu_sim.des.collector import collector_paused
 from rdu_sim.engine.for_hardware import StepEngine, engine_for
@@ -120,10 +126,13 @@ def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]
     runs whatever the capacity beside all the weights (0 when not one slot fits there): its
     memory plan pushes the least-read weights to DDR, and refuses only what does not fit even
     so (``compiler.placement.plan_memory``, docs/memory.md); on hardware with DDR to spill to
-    (not a GPU)."""
-    if scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0:
+    (not a GPU). Weights that alone outgrow HBM under ``memory.weights: hbm`` are refused
+    all the same (``WeightsCapacityError``)."""
+    if slots_spill_weights(scenario):
         try:
             capacity = backend.batch_capacity(scenario)
+        except WeightsCapacityError:  # the weights alone outgrow HBM: no batch runs
+            raise
         except CapacityError:  # not one slot beside all the weights: the plan spills them
             capacity = 0
         return capacity, scenario.workload.serving.slots_for(lambda: capacity)
@@ -200,6 +209,20 @@ def over_pool_words(
         f"{pool.page_tokens} tokens, more than the {pool.pages:,} the "
         f"{scenario.stack.name} pool holds ({held})"
     )
+
+
+def warn_spilled(scenario: Scenario, backend: Backend, shape: StepShape) -> None:
+    """Warn, in a run's words (``WeightsSpilledWarning``), when the memory plan a step runs
+    on (its workload's slots, or a larger ``--batch``: ``Compiler.plan_slots``) pushes
+    weights out of the HBM share ``memory.weights`` gives them. The engine's backend only
+    (another has no compiler to ask which plan)."""
+    if not isinstance(backend, EngineBackend):
+        return
+    compiler = backend.compiler(scenario)
+    slots = compiler.plan_slots(shape)
+    given = None if slots == compiler.batch_slots() else f"--batch {slots:,}"
+    for words in placement_warnings(scenario, compiler.placement(slots), given):
+        warn(WeightsSpilledWarning(f"{scenario.workload_file}: {words}"))
 
 
 def warn_over_pool(scenario: Scenario, backend: Backend, batch: int, context: int | None) -> None:

@@ -716,15 +716,19 @@ def _execute(
     workers: int,
     cluster: Cluster | None,
 ) -> None:
-    """Run the tasks, writing each outcome as it arrives."""
+    """Run the tasks, writing each outcome as it arrives. A metric the first result lacks
+    stops the sweep when only a run could tell it exists; one the result's fields declare
+    (a key the run's JSON holds only where it applies) is null, at every point alike."""
     checked = False
+    declared = _declared(loaded)
 
     def record(outcome: Outcome) -> None:
         nonlocal checked
         if outcome.status == "done" and not checked:
-            if outcome.missing:  # a name only a run could refuse: keep the point, then stop
+            unknown = tuple(m for m in outcome.missing if not declared(m))
+            if unknown:  # a name only a run could refuse: keep the point, then stop
                 store_row(outcome)  # without the missing names, so a rerun computes them
-                raise _missing_metrics_error(loaded, outcome)
+                raise _missing_metrics_error(loaded, replace(outcome, missing=unknown))
             checked = True
         if outcome.status == "done" and outcome.missing:  # others had it: record null
             outcome = _null_missing(outcome)
@@ -912,8 +916,18 @@ def evaluate_points(
         return {row["key"]: row for row in store.rows(keys=keys)}
 
 
+def _declared(loaded: LoadedSpec) -> Callable[[str], bool]:
+    """Whether the spec's evaluator's result declares a metric by name
+    (``Schema.declares``); nothing is, for an evaluator without a schema."""
+    entry = get_evaluator(loaded.spec.evaluator.name)
+    if entry.result is None:
+        return lambda metric: False
+    return entry.result().declares
+
+
 def _null_missing(outcome: Outcome) -> Outcome:
-    """A metric the first result had but this one lacks (a tier not used, say) is null."""
+    """A metric the first result had but this one lacks (a tier not used, say), or one the
+    result declares but this run leaves out, is null."""
     metrics = dict(outcome.metrics or {})
     metrics.update(dict.fromkeys(outcome.missing))
     return replace(outcome, metrics=metrics, missing=())

@@ -6,7 +6,8 @@ its names in the dataclass's fields: a field that is a dataclass is a section wi
 names, a ``dict[str, X]`` a section whose names only a run knows (``memory``'s tiers), and
 anything else a leaf. A metric is then unknown when it leaves the tree: a name no section
 has, or a name below a leaf. What only a run can tell (a tier a point does not use) is
-checked when the first result arrives (``run._execute``).
+checked when the first result arrives (``run._execute``); a declared name a run leaves out
+(a key the JSON has only where it applies) is null there, never a stop (`Schema.declares`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ class Schema:
             else:
                 return ".".join(parts[:i]), node
         return None
+
+    def declares(self, metric: str) -> bool:
+        """Whether ``metric`` is a name the result's fields declare, section by section (not
+        one only a run knows: below a ``*`` or an open section). A run that leaves such a
+        name out (``decode_step.pipeline_bubble`` without a pipeline, ``kv_pool`` for static
+        slots: ``RunSummary.to_dict``) has no value there, as a section it lacks holds none."""
+        node: Schema | None = self
+        for part in metric.split("."):
+            if node is None or node.open or part not in node.names:
+                return False
+            node = node.names[part]
+        return True
 
     def paths(self) -> list[str]:
         """Every name and section path, ``*`` standing for a name a run knows."""
