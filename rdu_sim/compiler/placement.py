@@ -715,13 +715,17 @@ def tier_capacities(scenario: Scenario) -> dict[Tier, int]:
     return {"sram": 0, "hbm": hardware.hbm.capacity, "ddr": 0}
 
 
-def weights_outgrow_hbm(scenario: Scenario, stage: PipelineStage | None = None) -> bool:
+def weights_outgrow_hbm(
+    scenario: Scenario, stage: PipelineStage | None = None, facts: PlanFacts | None = None
+) -> bool:
     """Whether one device's weights (a pipeline ``stage``'s) alone fill its HBM under
     ``memory.weights: hbm``, which keeps every one there: then no batch runs
-    (`WeightsCapacityError`, raised by `batch_capacity` and every memory plan)."""
+    (`WeightsCapacityError`, raised by `batch_capacity` and every memory plan). ``facts``:
+    the scenario's, when its caller keeps them."""
     if scenario.workload.memory.weights != "hbm":
         return False
-    total = sum(w.bytes for w in weight_inventory(scenario, stage=stage))
+    facts = PlanFacts(scenario) if facts is None else facts
+    total = sum(w.bytes for w in facts.inventory(stage))
     return total >= scenario.hardware.hbm.capacity
 
 
@@ -761,8 +765,8 @@ def plan_memory(
 
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
-    if weights_outgrow_hbm(scenario, stage):  # no plan of any slots: the capacity's refusal
-        batch_capacity(scenario, stage=stage, system=system, runnable=False)
+    if weights_outgrow_hbm(scenario, stage, facts):  # no plan of any slots: the capacity's
+        batch_capacity(scenario, stage=stage, system=system, runnable=False, facts=facts)
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
@@ -1203,7 +1207,7 @@ def batch_capacity(
             device = device_noun(scenario.hardware)
             more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
             # weights HBM must keep whole that fill it: only what shrinks them helps
-            alone = weights_outgrow_hbm(scenario, stage)
+            alone = weights_outgrow_hbm(scenario, stage, facts)
             page = scenario.stack.kv_page_tokens
             # a page longer than any sequence: every request reserves it whole, so it sets
             # the smallest reservation, not the context
