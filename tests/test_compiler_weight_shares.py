@@ -12,7 +12,7 @@ import pytest
 
 from rdu_sim.compiler import Compiler
 from rdu_sim.compiler.compile import _hbm_share, weight_fractions
-from rdu_sim.compiler.placement import activation_bytes, kv_bytes, weight_inventory
+from rdu_sim.compiler.placement import weight_inventory
 from rdu_sim.compiler.program import Placement, TensorPlacement, TierUsage
 from rdu_sim.scenario import load_scenario
 from rdu_sim.shapes import StepShape
@@ -55,28 +55,28 @@ def test_order_of_owners_does_not_matter() -> None:
         assert _hbm_share(fractions, "snapkv_score", KV_B) == pytest.approx(3 / 61)
 
 
-def _straddling_kv_b_hbm(slots: int) -> int:
-    """An HBM capacity at which decoder_moe's kv_b_proj is about half in DDR while
-    decoder_dense's is all in HBM (plan_memory fills HBM by need, ties in model order)."""
+def _straddling_kv_b_hot_set(slots: int) -> float:
+    """A ``memory.hot_set_fraction`` at which decoder_moe's kv_b_proj is about half in DDR
+    while decoder_dense's is all in HBM (the hot set pins weights by need, ties in model
+    order)."""
     scenario = load_scenario(SNAP, overrides={"serving.batch_slots": slots})
     before = 0
     for weight in sorted(weight_inventory(scenario, slots), key=lambda w: -w.need):
         if weight.key == f"decoder_moe/{KV_B}":
-            return (
-                activation_bytes(scenario, slots)
-                + kv_bytes(scenario, slots)
-                + before
-                + weight.bytes // 2
-            )
+            return (before + weight.bytes // 2) / scenario.hardware.hbm.capacity
         before += weight.bytes
     raise AssertionError("decoder_moe places no kv_b_proj")
 
 
 def test_selection_reads_kv_b_proj_at_the_layer_weighted_share() -> None:
     slots = 4
-    capacity = _straddling_kv_b_hbm(slots)
     scenario = load_scenario(
-        SNAP, overrides={"serving.batch_slots": slots, "hw.socket.hbm.capacity": capacity}
+        SNAP,
+        overrides={
+            "serving.batch_slots": slots,
+            "memory.weights": "hot_set",
+            "memory.hot_set_fraction": _straddling_kv_b_hot_set(slots),
+        },
     )
     compiler = Compiler(scenario)
     fractions = weight_fractions(compiler.placement(slots))

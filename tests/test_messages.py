@@ -229,14 +229,15 @@ def test_an_expert_parallel_layout_filling_its_hardware_names_file_layout_and_ep
             "experts.redundant=0")  # fmt: skip
     args = [a for s in sets for a in ("--set", s)]
     line = error_line(invoke("step", ep, *args, "--batch", "16"))
-    assert line.startswith(f"error: {ep}: parallelism: ")
+    assert line.startswith(f"error: {ep}: parallelism.dp_attention: the weights alone do not fit")
     assert "weights need 92.09 GiB per GPU (tp=1, dp_attention=8, ep=8, fp8_block)" in line
     assert line.endswith(
-        "store the routed experts in 4 bits (dtypes.experts mxfp4 or int4, now fp8_block) or "
+        "store the routed experts in 4 bits (dtypes.experts mxfp4 or int4, now fp8_block), "
         "spread the experts over more ranks: raise parallelism.dp_attention with "
         "parallelism.ep (now 8 and 8; ep = tp x dp_attention, on more GPUs: "
-        "hw.system.sockets, now 8, or a hardware file with more) "
-        "(from --set parallelism.dp_attention, --set parallelism.ep)"
+        "hw.system.sockets, now 8, or a hardware file with more) or give each GPU more HBM "
+        "(hw.gpu.hbm.capacity, now 80 GiB) (from --set parallelism.dp_attention, --set "
+        "parallelism.ep)"
     )
     assert "raise parallelism.tp" not in line
 
