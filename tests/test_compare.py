@@ -1071,3 +1071,13 @@ def test_the_verdict_names_the_experts_load_where_it_moves_a_phase() -> None:
     ) in prefill
     assert skewed.step_s == pytest.approx(uniform.step_s, rel=0.01)
     assert "expert load" not in decode
+
+
+def test_a_batch_past_the_capacity_is_said_over_it() -> None:
+    """A --batch past the capacity (128 on sn40l-8: the largest power of two SambaStack
+    runs of the 146 that fit) is timed as asked: the column's line says the batch is over
+    its capacity, not ``batch 140 of 128``; within it, ``batch 64 of 128``."""
+    over, within = (compare(WORKLOAD, [SN40L_8], batch=b) for b in (140, 64))
+    assert over.columns[0].batch_capacity == within.columns[0].batch_capacity == 128
+    assert "batch 140 over its capacity of 128;" in over.lines[0]
+    assert "batch 64 of 128;" in within.lines[0]

@@ -269,10 +269,14 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
         assert column.step_s is not None and column.batch is not None
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = _resource(column, "an unknown resource")
+        capacity = column.batch_capacity
+        # a --batch past the capacity (memory's, or the largest batch the stack runs) is
+        # timed as asked; weights it pushes to DDR are a warning below
+        of = "of" if capacity is None or column.batch <= capacity else "over its capacity of"
         lines.append(
             f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
-            f"batch {column.batch:,} of "
-            f"{column.batch_capacity:,}{_ranks(column, column.batch)}; decode step "
+            f"batch {column.batch:,} {of} "
+            f"{capacity:,}{_ranks(column, column.batch)}; decode step "
             f"{human.duration(column.step_s)} {_bound_label(column)} "
             f"{resource} ({human.duration(column.bound_s)} of it, {human.percent(_share(column))}"
             f": {_demand(column)}; each resource alone: "
