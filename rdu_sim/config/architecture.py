@@ -20,18 +20,13 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from rdu_sim.config.base import StrictModel
+from rdu_sim.config.base import StrictModel, as_tuple
 from rdu_sim.config.dtypes import WeightDtype
 
 
 def _dim(description: str) -> Any:
     """A model dimension (1 to a million) and what it is."""
     return Field(ge=1, le=1_000_000, description=description)
-
-
-def _tuple(value: Any) -> Any:
-    """YAML and JSON give lists; the architecture keeps tuples (frozen, hashable)."""
-    return tuple(value) if isinstance(value, list) else value
 
 
 AttentionType = Literal["full_attention", "sliding_attention"]
@@ -85,7 +80,7 @@ class _Gqa(StrictModel):
     sliding_window: int | None = Field(
         default=None, ge=2, le=100_000_000, description="tokens a sliding-window layer sees"
     )
-    layer_types: Annotated[tuple[AttentionType, ...] | None, BeforeValidator(_tuple)] = Field(
+    layer_types: Annotated[tuple[AttentionType, ...] | None, BeforeValidator(as_tuple)] = Field(
         default=None,
         description="attention of each layer; default: every layer sliding when "
         "sliding_window is given, else every layer full",
@@ -173,7 +168,7 @@ class GqaMoeArchitecture(_Decoder, _Gqa, _Moe):
     ffn_intermediate: int | None = Field(
         default=None, ge=1, le=1_000_000, description="dense-layer FFN width (dense layers only)"
     )
-    mlp_only_layers: Annotated[tuple[int, ...], BeforeValidator(_tuple)] = Field(
+    mlp_only_layers: Annotated[tuple[int, ...], BeforeValidator(as_tuple)] = Field(
         default=(), description="further layers (0-based) with a dense FFN (Qwen3-MoE)"
     )
 

@@ -5,6 +5,8 @@ without ``from __future__ import annotations``: their annotations are types when
 is made, where strings would each be compiled and evaluated by pydantic (~3 ms of a
 command's start; tests/test_import_graph.py)."""
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -19,3 +21,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, strict=True, defer_build=True
     )
+
+
+def as_tuple(value: Any) -> Any:
+    """YAML and JSON give lists; a config field of a sequence keeps a tuple (frozen,
+    hashable): its ``BeforeValidator``."""
+    return tuple(value) if isinstance(value, list) else value

@@ -22,8 +22,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from rdu_sim.config.architecture import _tuple
-from rdu_sim.config.base import StrictModel
+from rdu_sim.config.base import StrictModel, as_tuple
 from rdu_sim.config.errors import FieldProblem
 
 MAX_DEVICES = 4096
@@ -107,7 +106,7 @@ class ParallelismConfig(StrictModel):
         description="pipeline stages: consecutive runs of layers, each on tp x dp_attention "
         "devices of its own",
     )
-    stage_layers: Annotated[tuple[int, ...] | None, BeforeValidator(_tuple)] = Field(
+    stage_layers: Annotated[tuple[int, ...] | None, BeforeValidator(as_tuple)] = Field(
         default=None,
         max_length=256,
         description="with pp > 1: each stage's decoder layers, in order (pp of them, each "
