@@ -740,7 +740,7 @@ set: {serving.requests: 4, serving.batch_slots: 4, serving.output_tokens: {dist:
 zip:
   - parallelism.tp: [8, 4]
     parallelism.pp: [1, 2]
-metrics: [decode_tokens_per_s, decode_step.pipeline_bubble, kv_pool.pages]
+metrics: [decode_tokens_per_s, decode_step.pipeline_bubble, kv_pool.pages, kv_pool.preemptions]
 """
 
 
@@ -769,3 +769,5 @@ def test_a_name_the_result_declares_a_run_leaves_out_is_null(tmp_path: Path, fir
     assert "in decode_step.pipeline_bubble: the step runs no pipeline (parallelism.pp 1)" in words
     assert "the run ran no decode step" not in words
     assert "in kv_pool.pages: the stack keeps static slots, not a paged KV pool" in words
+    # the preemptions' note, by its own start, fits a stack of static slots too
+    assert "in kv_pool.preemptions: static slots, or a KV pool that reserves" in words

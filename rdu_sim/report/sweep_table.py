@@ -131,7 +131,10 @@ MISSING_REASONS: tuple[tuple[str, str], ...] = (
     ("prefill_step.pipeline_bubble", "the step runs no pipeline (parallelism.pp 1)"),
     ("decode_step", "the run ran no decode step"),
     ("prefill_step", "the run ran no prefill step"),
-    ("kv_pool.preemptions", "the stack's KV pool reserves each request's pages: none preempted"),
+    (
+        "kv_pool.preemptions",
+        "static slots, or a KV pool that reserves each request's pages: none preempted",
+    ),
     ("kv_pool", "the stack keeps static slots, not a paged KV pool"),
     ("weight_replicas", "the plan holds no weights whole beyond their slices"),
     ("speculation", "the workload does not speculate"),
