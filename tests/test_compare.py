@@ -1073,6 +1073,22 @@ def test_the_verdict_names_the_experts_load_where_it_moves_a_phase() -> None:
     assert "expert load" not in decode
 
 
+def test_the_experts_load_is_not_blamed_on_the_faster_column() -> None:
+    """Expert load is named only when the column whose busiest device takes more of the
+    token-expert pairs is the slower one: the same imbalances with the times the other way
+    round (another EP degree or machine made the loaded column faster) name nothing."""
+    from dataclasses import replace
+
+    from rdu_sim.compare.why import _experts
+
+    (column,) = compare(WORKLOAD, [SN40L_8], batch=1).columns
+    loaded, even = replace(column, expert_imbalance=2.0), replace(column, expert_imbalance=1.0)
+    assert "expert load, a factor of its own" in _experts(loaded, even, "decode", (2.0, 1.0))
+    assert "expert load, a factor of its own" in _experts(even, loaded, "decode", (1.0, 2.0))
+    assert _experts(loaded, even, "decode", (1.0, 2.0)) == ""
+    assert _experts(even, loaded, "decode", (2.0, 1.0)) == ""
+
+
 def test_a_batch_past_the_capacity_is_said_over_it() -> None:
     """A --batch past the capacity (128 on sn40l-8: the largest power of two SambaStack
     runs of the 146 that fit) is timed as asked: the column's line says the batch is over

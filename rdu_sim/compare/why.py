@@ -266,13 +266,13 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             verdict = not_timed(column.invalid, column.unsupported)
             lines.append(f"{column.label}: {verdict}: {column.reason}")
             continue
-        assert column.step_s is not None and column.batch is not None
+        capacity = column.batch_capacity
+        assert column.step_s is not None and column.batch is not None and capacity is not None
         slot = "" if column.slot_tokens is None else f", a slot keeping {column.slot_tokens:,}"
         resource = _resource(column, "an unknown resource")
-        capacity = column.batch_capacity
         # a --batch past the capacity (memory's, or the largest batch the stack runs) is
         # timed as asked; weights it pushes to DDR are a warning below
-        of = "of" if capacity is None or column.batch <= capacity else "over its capacity of"
+        of = "of" if column.batch <= capacity else "over its capacity of"
         lines.append(
             f"{column.label} {served_by(column.stack)}: {column.kv_policy} KV{slot} tokens, "
             f"batch {column.batch:,} {of} "
@@ -419,8 +419,9 @@ names the experts' load as a factor of its own (:func:`_experts`)."""
 
 def _experts(a: Column, b: Column, phase: str, times: tuple[float, float]) -> str:
     """The experts' load as a factor of its own when the columns' busiest devices differ by
-    :data:`EXPERTS_DIFFER` or more in ``phase`` (``decode`` or ``prefill``) and so do its
-    ``times`` (a step that streams every expert whatever the routing is not moved by it):
+    :data:`EXPERTS_DIFFER` or more in ``phase`` (``decode`` or ``prefill``), so do its
+    ``times`` (a step that streams every expert whatever the routing is not moved by it) and
+    the column with the busier device is the slower:
     ``; expert load, a factor of its own: the busiest device takes 4.48x the mean
     token-expert pairs vs 1.00x (experts.load, experts.placement, experts.redundant)``;
     nothing otherwise."""
@@ -434,6 +435,8 @@ def _experts(a: Column, b: Column, phase: str, times: tuple[float, float]) -> st
         return ""
     if max(times) < (1 + EXPERTS_DIFFER) * min(times):
         return ""
+    if (mine - theirs) * (times[0] - times[1]) <= 0:
+        return ""  # the more loaded busiest device is in the faster column: not the cause
     return (
         f"; expert load, a factor of its own: the busiest device takes {human.ratio(mine)} "
         f"the mean token-expert pairs vs {human.ratio(theirs)} (experts.load, "
