@@ -441,7 +441,7 @@ def step_parts(timing: StepTiming, bound: StepBound) -> dict[str, float]:
         kernels, times, stage_s = timing.kernels, 1, timing.device_s
     else:
         times = int(pipeline["micro_batches"])
-        binding = int(pipeline.get("binding_stage", 0))
+        binding = int(pipeline["binding_stage"])
         kernels = stage_kernels(timing, binding)
         stage_s = float(pipeline["stage_s"][binding])
     ran = sum(k.time_s for k in kernels) * times
