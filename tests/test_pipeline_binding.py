@@ -56,7 +56,7 @@ def test_stage_layers_sets_each_stages_layers() -> None:
 
 def test_the_step_reports_its_binding_stage_not_its_first() -> None:
     """Stage 0 holds 10 layers, stage 1 70: stage 1 binds. The step's totals, bound and parts
-    are its devices' over the micro-batches (they were stage 0's, the lightest)."""
+    are its devices' over the micro-batches, not stage 0's, the lightest."""
     scenario = api.load(LLAMA70, LIGHT_FIRST)
     program = Compiler(scenario).program(StepShape("decode", 8, 1, 4096))
     engine = engine_for(scenario)
@@ -108,6 +108,15 @@ def test_a_bad_stage_layers_is_refused_naming_the_field(layers: list[int], words
     assert words in issue.message
 
 
+def test_stage_layers_without_a_pipeline_is_refused() -> None:
+    """At pp 1 the only split is the whole model: the field would change nothing."""
+    with pytest.raises(ConfigError) as caught:
+        api.load(LLAMA70, {**PP2, "parallelism.pp": 1, "parallelism.stage_layers": [80]})
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.field) == (LLAMA70, "parallelism.stage_layers")
+    assert "[80] needs pp > 1" in issue.message
+
+
 def test_stage_layers_inside_a_body_is_refused_in_one_line() -> None:
     args = ["--set", "hw.system.sockets=48", "--set", "parallelism.tp=1", "--batch", "4"]
     result = CliRunner().invoke(
@@ -129,9 +138,9 @@ def test_stage_layers_inside_a_body_is_refused_in_one_line() -> None:
 
 
 def test_the_trace_holds_every_stages_micro_batches_over_the_step(tmp_path: Path) -> None:
-    """The trace was the first stage's one micro-batch (sockets 0..7, ending at a third of
-    the step); it now holds both stages' sockets, each micro-batch on each stage at its
-    start in the pipeline, the hand-offs between them, and spans the step."""
+    """The trace holds both stages' sockets (not only the first stage's 0..7), each
+    micro-batch on each stage at its start in the pipeline, the hand-offs between them, and
+    spans the step (not only the first micro-batch, a third of it)."""
     overrides = [arg for k, v in PP2.items() for arg in ("--set", f"{k}={v}")]
     path = tmp_path / "pp.json"
     args = ["step", LLAMA70, *overrides, "--trace-sockets", "one", "--trace", str(path)]

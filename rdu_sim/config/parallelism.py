@@ -226,6 +226,12 @@ class ParallelismConfig(StrictModel):
                 f"got {self.overlap_schedule!r} without it",
             )
         if self.stage_layers is not None:
+            if self.pp == 1:
+                raise FieldProblem(
+                    "stage_layers",
+                    f"splits the layers among a pipeline's stages; {list(self.stage_layers)} "
+                    "needs pp > 1 (pp 1 runs every layer in one stage)",
+                )
             if len(self.stage_layers) != self.pp:
                 raise FieldProblem(
                     "stage_layers",
