@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from rdu_sim.cli.main import cli
-from rdu_sim.plan import check_plan, load_plan
+from rdu_sim.plan import check_plan, load_plan, plan_summary, run_plan
 from rdu_sim.plan.evaluate import early_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,12 +49,33 @@ def test_check_counts_the_configurations_plan_marks_infeasible(tmp_path: Path) -
     assert "parallelism.pp" in str(verdicts["tp=1 pp=64 slots=8 kv=full"])
     line = check_plan(spec)
     assert "4 configuration(s)" in line
-    assert "; 3 of them infeasible, which plan marks so and does not run (first: " in line
+    assert (
+        "; 3 of them cannot run, which plan marks infeasible when it reaches them (first: " in line
+    )
     checked = CliRunner().invoke(cli, ["check", str(spec)])
     assert checked.exit_code == 0 and checked.output.startswith("OK"), checked.output
-    assert "3 of them infeasible" in checked.output
+    assert "3 of them cannot run" in checked.output
 
 
 def test_check_of_a_plan_whose_configurations_all_run_says_so(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"tp": [1, 2], "batch_slots": [8], "max_replicas": 2})
     assert check_plan(spec).endswith("; all can run")
+
+
+def test_check_gives_each_configuration_the_reason_plan_records(tmp_path: Path) -> None:
+    """Two configurations that cannot run, one refused at its layout (64 stages of 32
+    layers), one by its pool's memory plan (2,048 slots): ``plan`` (its real evaluator, which
+    simulates neither) records for each the reason ``check`` gives it, word for word."""
+    spec = _spec(
+        tmp_path,
+        {"parallelism": [{"tp": 1, "pp": 64}, {"tp": 1}], "batch_slots": [2048], "max_replicas": 1},
+    )
+    loaded = load_plan(spec)
+    early = {c.label(): early_verdict(loaded, c) for c in loaded.configurations()}
+    rows = plan_summary(run_plan(spec, db=tmp_path / "p.sqlite"))["configurations"]
+    recorded = {row["label"]: row["reason"] for row in rows}
+    assert [row["status"] for row in rows] == ["infeasible", "infeasible"]
+    assert (
+        set(recorded) == set(early) == {"tp=1 pp=64 slots=2048 kv=full", "tp=1 slots=2048 kv=full"}
+    )
+    assert all(recorded[label] == early[label] for label in recorded), (recorded, early)

@@ -37,8 +37,8 @@ def check_plan(path: str | Path) -> str:
     if infeasible:
         first, why = infeasible[0]
         found = (
-            f"{len(infeasible)} of them infeasible, which plan marks so and does not run "
-            f"(first: {first.label()}: {why})"
+            f"{len(infeasible)} of them cannot run, which plan marks infeasible when it "
+            f"reaches them (first: {first.label()}: {why})"
         )
     return (
         f"{loaded.name!r}: {len(configurations)} configuration(s) over cluster "

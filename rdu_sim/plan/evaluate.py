@@ -109,6 +109,12 @@ def measure(result: ClusterResult) -> dict[str, Any]:
     return metrics
 
 
+def infeasible_reason(exc: Exception) -> str:
+    """An input error's message on one line, as ``rdu-sim plan`` records an infeasible
+    configuration's reason."""
+    return " ".join(str(exc).split())
+
+
 def early_verdict(loaded: LoadedPlan, configuration: Configuration) -> str | None:
     """Why ``configuration`` is infeasible before anything is simulated, in the words
     ``rdu-sim plan`` marks it with, or None when it may run: the cluster of its first
@@ -122,7 +128,7 @@ def early_verdict(loaded: LoadedPlan, configuration: Configuration) -> str | Non
     except PolicyAnswerError:  # a plugin's defect, not an infeasible configuration
         raise
     except InputError as exc:
-        return " ".join(str(exc).split())
+        return infeasible_reason(exc)
     return None
 
 
@@ -135,4 +141,4 @@ def evaluate(point: PlanPoint) -> dict[str, Any]:
     except PolicyAnswerError:  # a plugin's defect, not an infeasible configuration: said as such
         raise
     except InputError as exc:
-        return {"feasible": False, "reason": " ".join(str(exc).split())}
+        return {"feasible": False, "reason": infeasible_reason(exc)}

@@ -46,6 +46,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.cluster import SLOConfig
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.plan.evaluate import evaluate as default_evaluate
+from rdu_sim.plan.evaluate import infeasible_reason
 from rdu_sim.plan.margin import conclusive_miss
 from rdu_sim.plan.spec import Configuration, LoadedPlan, PlanPoint, load_plan
 from rdu_sim.report.slo_why import Verdict, short, stop_rule
@@ -249,7 +250,7 @@ def _search(
             try:
                 point = loaded.build(search.configuration, step)
             except ConfigError as exc:
-                search.finish("infeasible", " ".join(str(exc).split()))
+                search.finish("infeasible", infeasible_reason(exc))
                 continue
             batch[f"{id(search)}:{step}"] = (search, step, point)
         _announce(searches, announced, report)
