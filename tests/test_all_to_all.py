@@ -124,6 +124,44 @@ def test_symmetric_shortcut_equals_every_socket(
 SN40L_RACKS = (33.53e9, 1e-6), (2e9, 5e-6)  # in-node P2P; a slow network behind it
 
 
+def overlapping_ends(
+    symmetric: bool, series: bool, mode: str, first: str, p: int, per_node: int, gap: float
+) -> list[float]:
+    """When each of two calls ends, the second (the other direction) issued ``gap`` after
+    the first: the later call's pieces are younger, so the port queues let the first call's
+    second hops overtake them (``hw.port_queue``). ``series``: the network behind the node's
+    P2P ports (SN40L racks) rather than beside them."""
+    env = CountingEnvironment()
+    node, network = (SN40L_RACKS[0], SN40L_RACKS[1]) if series else (NVLINK, NETWORK)
+    topo = Topology(
+        env, p, per_node, *node, *network, switched=True, network_through_node_port=series
+    )
+    ends: list[float] = []
+
+    def start(direction: str) -> None:
+        call = AllToAll(spec(mode, direction, p), 2e6, 3, symmetric, tuple(range(p)))
+        all_to_all(topo, call).add_callback(lambda _e: ends.append(float(env.now)))
+
+    second = "combine" if first == "dispatch" else "dispatch"
+    env.timeout(0).add_callback(lambda _e: start(first))
+    env.timeout(gap).add_callback(lambda _e: start(second))
+    env.run()
+    return ends
+
+
+@pytest.mark.parametrize(("mode", "first"), CASES)
+@pytest.mark.parametrize("series", [False, True])
+def test_symmetric_shortcut_equals_every_socket_across_overlapping_calls(
+    mode: str, first: str, series: bool
+) -> None:
+    """Two calls in flight at once share the ports' queues, each port serving the oldest
+    piece first: the symmetric shortcut still times both calls as simulating every socket."""
+    for (p, per_node), gap in itertools.product([(16, 4), (32, 8)], [0.0, 1e-5, 1e-4]):
+        full = overlapping_ends(False, series, mode, first, p, per_node, gap)
+        sym = overlapping_ends(True, series, mode, first, p, per_node, gap)
+        assert len(full) == 2 and sym == pytest.approx(full, rel=1e-12), (p, per_node, gap)
+
+
 @pytest.mark.parametrize(("mode", "direction"), CASES)
 @pytest.mark.parametrize(("p", "per_node"), [(8, 8), (16, 4), (32, 8)])
 @pytest.mark.parametrize("pieces", [1, 4])

@@ -4,22 +4,25 @@ A port (``P2PLink`` direction) on its own is a FIFO in issue order: a send claim
 free slot the moment it is issued. That is right while every send is a piece's first and
 only hop. A two-hop all-to-all (``hw.all_to_all``'s hierarchical form) issues a piece's
 second hop only once its first hop has arrived, and under FIFO that second hop queues as new
-work behind every piece issued meanwhile, the next pieces' and the next call's first hops
-included. Which of them it lands behind then depends on when its first hop arrived: a faster
-network brings it back sooner, into a different place in the queue, and the schedule of a
+work behind every send issued meanwhile, a later call's first hops included. Which of them
+it lands behind then depends on when its first hop arrived: a faster network brings it back
+sooner, into a different place in the queue, and the schedule of a
 looped kernel can settle into a worse steady state (a four-rack EP prefill step took 12%
 longer at 11 GB/s between racks than at 10 GB/s: the combine's network leg, which the next
 layer waits for, queued behind the dispatch's forwarding).
 
 :class:`PortQueue` serves the sends waiting for a port by age instead: the oldest piece
 first, a piece's age being the time its stage handed it to the links (every hop of a piece
-has its piece's age), ties in issue order. Network routers arbitrate the same way
+has its piece's age; a call's pieces are handed over together, so they tie and only a later
+call's pieces are overtaken), ties in issue order. Network routers arbitrate the same way
 (age-based arbitration) so that a packet's later hops do not starve behind younger
 traffic. A send the port can take at once, with nothing waiting, goes at once; otherwise it
 waits and the port, when free, takes the oldest waiting send (non-preemptive: a send under
 way finishes). When every send waiting has the same age, or none is a later hop, this is the
-FIFO's order and times exactly. Other traffic on the port (the symmetric collectives'
-chains, ``hw.link_chains``) still claims it in issue order, ahead of sends still waiting.
+FIFO's order and times exactly. Every other sender claims the port in issue order, ahead of
+sends still waiting: the symmetric collectives' chains (``hw.link_chains``), the ring, tree
+and direct collectives (``hw.collectives``, ``hw.direct_collectives``) and a pipeline's
+hand-offs (``engine.pipeline``), all through ``Topology.send``.
 """
 
 from __future__ import annotations
