@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,10 +27,30 @@ GIT_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class Commit:
-    """A checkout's HEAD and whether tracked files differ from it (None: git could not say)."""
+    """A checkout's HEAD, whether tracked files differ from it (None: git could not say) and,
+    when they do, a digest of what differs (:func:`changes_digest`)."""
 
     head: str
     dirty: bool | None
+    changes: str | None = None
+
+
+def changes_digest(folder: Path, status: str) -> str | None:
+    """CRC-32 (hex) of the tracked files ``git status --porcelain`` lists as changed, each
+    its path and its content as it is now (sorted by path): two different edits of one
+    commit have different digests, so rows one of them computed are not taken for the
+    other's; None when nothing is listed."""
+    paths = sorted(line[3:].split(" -> ")[-1].strip('"') for line in status.splitlines() if line)
+    if not paths:
+        return None
+    crc = 0
+    for path in paths:
+        crc = zlib.crc32(path.encode("utf-8") + b"\0", crc)
+        try:
+            crc = zlib.crc32((folder / path).read_bytes(), crc)
+        except OSError:  # deleted, or not a file: its absence is the change
+            crc = zlib.crc32(b"\0gone", crc)
+    return format(crc, "08x")
 
 
 def top() -> Path:
@@ -143,4 +164,6 @@ def _read(lookup: _Lookup) -> Commit | None:
     status = _output(lookup.status)
     if head is None:
         return None
-    return Commit(head.strip(), None if status is None else bool(status.strip()))
+    if status is None:
+        return Commit(head.strip(), None)
+    return Commit(head.strip(), bool(status.strip()), changes_digest(top(), status))

@@ -44,20 +44,26 @@ class Simulator:
     commit: str | None
     dirty: bool | None
     compiled: bool = False
+    changes: str | None = None  # a checkout's changed files' digest (checkout.changes_digest)
 
     @property
     def label(self) -> str:
         """``0.1.0``, or with the commit as a PEP 440 local label: ``0.1.0+g1a2b3c4d5e6f``
-        (``.dirty`` appended when tracked files had changed)."""
+        (``.dirty`` appended when tracked files had changed, and the changes' digest when
+        known: ``0.1.0+g1a2b3c4d5e6f.dirty.9c0e13a2``, one label per edit)."""
         if self.commit is None:
             return self.version
-        return f"{self.version}+g{self.commit[:12]}" + (".dirty" if self.dirty else "")
+        dirty = ".dirty" if self.dirty else ""
+        if self.dirty and self.changes is not None:
+            dirty += f".{self.changes}"
+        return f"{self.version}+g{self.commit[:12]}{dirty}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "commit": self.commit,
             "dirty": self.dirty,
+            "changes": self.changes,
             "compiled": self.compiled,
         }
 
@@ -69,7 +75,7 @@ def simulator() -> Simulator:
     per process (the code a process runs does not change under it)."""
     found = checkout.commit()
     if found is not None:
-        return Simulator(__version__, found.head, found.dirty, native.compiled())
+        return Simulator(__version__, found.head, found.dirty, native.compiled(), found.changes)
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         baked = json.loads((PACKAGE_DIR / COMMIT_FILE).read_text(encoding="utf-8"))
         return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]), native.compiled())

@@ -38,9 +38,11 @@ def test_the_commit_is_gits(started_early: bool) -> None:
         checkout.start()
         assert checkout._started is not None
     found = checkout.commit()
+    status = _git("status", "--porcelain", "--untracked-files=no")
     assert found == checkout.Commit(
         _git("rev-parse", "HEAD").strip(),
-        bool(_git("status", "--porcelain", "--untracked-files=no").strip()),
+        bool(status.strip()),
+        checkout.changes_digest(checkout.top(), status),
     )
     assert checkout._started is None  # the processes were read and let go
 
@@ -119,3 +121,32 @@ def test_a_checkout_another_user_owns_gives_the_same_commit(
     assert refused.returncode != 0  # git's own check, which the lookup passes by
     monkeypatch.setattr(checkout, "top", lambda: repo)
     assert checkout.commit() == checkout.Commit(head, False)
+
+
+def test_each_edit_of_a_commit_has_its_own_digest(tmp_path: Path) -> None:
+    """Two different edits of the same files, as ``git status --porcelain`` lists them,
+    have different digests (a sweep's rows of one are not taken for the other's, the
+    newcomer trial's scheduler edits); the same edit the same digest; a rename counts its
+    new path; a deleted file its absence; nothing listed, no digest."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    status = " M a.py\n"
+    first = checkout.changes_digest(tmp_path, status)
+    assert first is not None and len(first) == 8
+    assert checkout.changes_digest(tmp_path, status) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    second = checkout.changes_digest(tmp_path, status)
+    assert second not in (None, first)
+    (tmp_path / "b.py").write_text("x = 2\n")
+    assert checkout.changes_digest(tmp_path, "R  a.py -> b.py\n") not in (None, second)
+    assert checkout.changes_digest(tmp_path, " D gone.py\n") is not None
+    assert checkout.changes_digest(tmp_path, "") is None
+
+
+def test_a_dirty_label_names_the_edit() -> None:
+    from rdu_sim.provenance import Simulator
+
+    edited = Simulator("0.1.0", "0123456789abcdef", True, False, "9c0e13a2")
+    assert edited.label == "0.1.0+g0123456789ab.dirty.9c0e13a2"
+    assert edited.to_dict()["changes"] == "9c0e13a2"
+    assert Simulator("0.1.0", "0123456789abcdef", True).label == "0.1.0+g0123456789ab.dirty"
+    assert Simulator("0.1.0", "0123456789abcdef", False).label == "0.1.0+g0123456789ab"
