@@ -12,7 +12,8 @@ kinds, each where its rule lives:
 - a run's warnings, also its report's ``warnings`` (one rule: ``report.summary.
   run_warnings``): weights pushed to DDR ``compiler.placement.WeightsSpilledWarning``,
   speculation slower than plain decoding ``report.speculation.SlowSpeculationWarning``,
-  prompts past the stack's token budget ``serving.limits.UnchunkedPromptWarning``;
+  prompts past the stack's token budget ``serving.limits.UnchunkedPromptWarning``, more
+  requests asked for than the trace holds ``serving.requests.ShortTraceWarning``;
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
 - a cluster: ``api_cluster.EmptyPrefixCacheWarning``, ``api_cluster.UncappedPrefixCacheWarning``;

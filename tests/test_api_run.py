@@ -368,6 +368,36 @@ def test_trace_path_is_relative_to_the_workload_file(tmp_path: Path) -> None:
         fake_run(workload)
 
 
+def test_more_requests_than_the_trace_holds_is_a_warning(tmp_path: Path) -> None:
+    """A workload asking for 20 requests of an 8-row trace serves the 8 and says so (a sweep
+    over the count would otherwise repeat one run silently); asking for 8, or leaving the
+    count at its default, says nothing."""
+    import warnings
+
+    from rdu_sim.serving.requests import ShortTraceWarning
+
+    (tmp_path / "t.csv").write_text(
+        "prompt_tokens,output_tokens\n" + "".join(f"{100 + i},{10 + i}\n" for i in range(8))
+    )
+    hardware = ROOT / "hw_configs" / "sn40l.yaml"
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        f"hardware: {hardware}\nmodel: llama-3.1-8b\nserving:\n  batch_slots: 2\n  trace: t.csv\n"
+    )
+    words = "serving.requests asks for 20 requests; the trace t.csv holds 8: the run serves those 8"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asked = fake_run(workload, **{"serving.requests": 20})
+    assert asked.to_dict()["requests_completed"] == 8
+    assert words in asked.to_dict()["warnings"]
+    said = [str(w.message) for w in caught if w.category is ShortTraceWarning]
+    assert said == [f"{workload}: {words}"]  # emitted naming the workload
+    for overrides in ({"serving.requests": 8}, {}):
+        assert not any(
+            "the trace" in w for w in fake_run(workload, **overrides).to_dict()["warnings"]
+        )
+
+
 def test_load_with_overrides_keeps_the_scenarios_earlier_hardware_overrides() -> None:
     """Re-loading a Scenario with more overrides must not re-read the hardware file."""
     from rdu_sim import api

@@ -111,7 +111,7 @@ from rdu_sim.report.speculation import (
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.limits import UnchunkedPromptWarning, unchunked_words
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.requests import RequestSet
+from rdu_sim.serving.requests import RequestSet, ShortTraceWarning, short_trace_words
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
@@ -768,7 +768,8 @@ def run_warnings(run: ServingRun, speculation: SpeculationSummary | None) -> lis
     """What a reader of the run must be told, each as the warning of its kind (a class a
     script can filter): weights pushed to DDR, speculation slower than plain decoding,
     prompts past the stack's token budget. The one rule for both: a run's report and JSON
-    say their words (``warnings``), and ``api.run`` emits them (``RunResult.warn``)."""
+    say their words (``warnings``), and ``api.run`` emits them (``RunResult.warn``); and
+    ``serving.requests`` past the rows of the run's trace."""
     scenario = run.scenario
     found: list[RduSimWarning] = []
     if not run.coe:  # a CoE plan keeps its experts in DDR and caches them in HBM by design
@@ -777,6 +778,9 @@ def run_warnings(run: ServingRun, speculation: SpeculationSummary | None) -> lis
     unchunked = unchunked_words(scenario, run.requests_in.prompt_tokens)
     if unchunked is not None:
         found.append(UnchunkedPromptWarning(unchunked))
+    short = short_trace_words(scenario.workload.serving, len(run.requests_in.prompt_tokens))
+    if short is not None:
+        found.append(ShortTraceWarning(short))
     return found
 
 

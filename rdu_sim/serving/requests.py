@@ -34,6 +34,7 @@ from rdu_sim.config.workload import (
 )
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.traces import read_trace
+from rdu_sim.sim_warnings import RduSimWarning
 
 Length = FixedLength | UniformLength | LognormalLength
 
@@ -93,6 +94,24 @@ def clip_to_context(
     output = np.clip(output, 1, None)
     output = np.maximum(1, np.minimum(output, max_context - prompt))
     return prompt.astype(np.int64), output.astype(np.int64)
+
+
+class ShortTraceWarning(RduSimWarning):
+    """``serving.requests`` asks for more requests than the run's trace holds."""
+
+
+def short_trace_words(serving: ServingConfig, served: int) -> str | None:
+    """What to tell a reader when the workload sets ``serving.requests`` above the ``served``
+    rows its trace holds (the run serves those: a sweep over the count would repeat one
+    run); None when it does not, or leaves the count at its default."""
+    if serving.trace is None or "requests" not in serving.model_fields_set:
+        return None
+    if serving.requests <= served:
+        return None
+    return (
+        f"serving.requests asks for {serving.requests:,} requests; the trace "
+        f"{serving.trace} holds {served:,}: the run serves those {served:,}"
+    )
 
 
 @dataclass(frozen=True)
