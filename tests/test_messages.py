@@ -275,11 +275,16 @@ def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
     # a bare name is told as a name, not as the path it was tried at (the trial's
     # site-packages path, as if the name were a file there), with the shipped ones
     said = error_line(invoke("run", LLAMA, "--set", "hardware=sn40l-32"))
-    assert "unknown hardware file 'sn40l-32'; did you mean 'sn40l-8'? (a path" in said
+    assert "unknown hardware file 'sn40l-32'; did you mean 'sn40l'? (a path" in said
     assert "a bare name is a shipped hardware file: dgx-h100, " in said
     assert str(ROOT / "workloads" / "sn40l-32") not in said
     said = error_line(invoke("run", LLAMA, "--set", "hardware=mine/sn40l-32.yaml"))  # a path
     assert f"hardware file '{ROOT / 'workloads' / 'mine' / 'sn40l-32.yaml'}': file not" in said
+    # a name differing in case only is meant; so is the longest shipped name it extends
+    said = error_line(invoke("run", LLAMA, "--set", "hardware=SN40L-16"))
+    assert "unknown hardware file 'SN40L-16'; did you mean 'sn40l-16'?" in said
+    said = error_line(invoke("run", LLAMA, "--set", "hardware=sn40l-typo"))
+    assert "unknown hardware file 'sn40l-typo'; did you mean 'sn40l'?" in said
     said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
     assert "stack: unknown serving stack 'qqqq' (a path is relative" in said
     assert "did you mean" not in said
