@@ -53,8 +53,8 @@ class AllToAllSpec:
     ``direct``, every expert's copy straight to its device; ``hierarchical``, once per node
     over the network, then on inside it) and which way (``dispatch`` out to the experts,
     ``combine`` back). ``choose``: ``mode`` is only the convention (``all_to_all: auto``), and
-    the engine runs whichever form its idle-link estimate says is faster for the call, ties
-    to ``mode`` (``engine.collective_port.plan_collective``)."""
+    the engine runs whichever form is faster beside the kernel's other all-to-alls on the
+    ports they share, ties to ``mode`` (``engine.collective_port.plan_all_to_alls``)."""
 
     mode: Literal["direct", "hierarchical"]
     direction: Literal["dispatch", "combine"]

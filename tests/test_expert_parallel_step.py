@@ -394,12 +394,13 @@ EP64_RACKS = "workloads/ep/deepseek-r1-sn40l-4racks-ep64.yaml"
 def test_auto_runs_the_form_its_estimate_says_is_faster(
     phase: str, network: str, faster: str, convention: str
 ) -> None:
-    """On SN40L ``all_to_all: auto`` runs, per call, the form whose idle-link estimate is
-    smaller, where DeepEP's convention (low latency in decode, throughput in prefill) is the
-    slower one here: in decode at 2 GB/s between racks the throughput form crosses the
-    network once per rack (340.8 ms a step by the convention, 127.7 ms); in prefill at
-    25 GB/s the forwarding hop costs the P2P port the network traffic also crosses
-    (953.9 ms, 845.9 ms). The report names the rule and both estimates."""
+    """On SN40L ``all_to_all: auto`` runs the forms that are faster on the ports the calls
+    share, here each call's form whose idle-link estimate is smaller too, where DeepEP's
+    convention (low latency in decode, throughput in prefill) is the slower one: in decode
+    at 2 GB/s between racks the throughput form crosses the network once per rack (340.8 ms
+    a step by the convention, 127.7 ms); in prefill at 25 GB/s the forwarding hop costs the
+    P2P port the network traffic also crosses (953.9 ms, 845.9 ms). The report names the
+    rule and both estimates."""
     steps = {
         mode: api.step(
             EP64_RACKS,
@@ -418,6 +419,36 @@ def test_auto_runs_the_form_its_estimate_says_is_faster(
         assert c["policy"] == "auto" and set(c["candidates"]) == {"direct", "hierarchical"}
         assert c["algorithm"] != convention
         assert c["estimate_s"] == min(c["candidates"].values())
+
+
+def test_auto_weighs_the_port_the_dispatch_and_combine_share() -> None:
+    """Two nodes of sn40l-16 at 20 GB/s: alone on idle links the combine's direct form is
+    the faster (its second hop does not wait for a first), but it puts 8% more bytes on the
+    in-node port that the dispatch loads too and the network traffic crosses, the port that
+    binds the prefill; ``auto`` runs both calls' throughput form, as fast as forcing it and
+    faster than forcing low latency. Each call's estimate alone chose the direct combine:
+    199.1 ms a step against 191.2 ms."""
+    overrides = {
+        "hardware": "sn40l-16",
+        "hw.system.sockets": 32,
+        "parallelism": {"tp": 1, "dp_attention": 32, "ep": 32},
+        "hw.system.inter_node_link.bandwidth": "20 GB/s",
+    }
+    steps = {
+        mode: api.step(
+            EP64_RACKS, {**overrides, "parallelism.all_to_all": mode}, phase="prefill", tokens=512
+        )
+        for mode in ("auto", "throughput", "low_latency")
+    }
+    assert steps["auto"].step_s == steps["throughput"].step_s < steps["low_latency"].step_s
+    calls = {
+        c["stage"].rsplit(".", 1)[-1]: c
+        for c in steps["auto"].detail.to_dict()["collectives"]
+        if c["kind"] == "alltoall"
+    }
+    combine = calls["combine"]
+    assert combine["policy"] == "auto" and combine["algorithm"] == "hierarchical"
+    assert combine["candidates"]["direct"] < combine["candidates"]["hierarchical"]
 
 
 def test_auto_on_a_gpu_is_deepeps_convention() -> None:

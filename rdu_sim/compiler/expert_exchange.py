@@ -58,7 +58,7 @@ class ExpertExchange:
     groups: int
     groups_per_token: int
     mode: str  # auto | throughput | low_latency (parallelism.all_to_all)
-    # auto resolved by the engine's estimate (SN40L: its compiler holds both forms), not by
+    # auto resolved by the engine's estimates (SN40L: its compiler holds both forms), not by
     # DeepEP's convention alone (GPUs: what SGLang's --deepep-mode auto runs, `spec`)
     by_estimate: bool
     dispatch_bytes: float  # per token: hidden state at the dispatch dtype, routing metadata
@@ -95,11 +95,12 @@ class ExpertExchange:
         """How a step of ``phase`` sends in ``direction``: the routing's figures for every
         block of consecutive devices that divides the stage
         (``graph.moe.token_hit_probability``), and the form. ``all_to_all`` auto leaves the
-        form to the engine's estimate for the call (``AllToAllSpec.choose``), ties to DeepEP's
-        convention: throughput for prefill, low latency for decode. On GPUs ``auto`` is the
-        convention itself, as SGLang's ``--deepep-mode auto`` runs it: the normal kernels
-        wait on the host for their receive counts, which keeps them out of a decode step's
-        CUDA graph, a cost the estimate does not see (it would pick them in decode)."""
+        form to the engine's estimates for the layer's calls together
+        (``AllToAllSpec.choose``, ``engine.collective_port.plan_all_to_alls``), ties to
+        DeepEP's convention: throughput for prefill, low latency for decode. On GPUs ``auto``
+        is the convention itself, as SGLang's ``--deepep-mode auto`` runs it: the normal
+        kernels wait on the host for their receive counts, which keeps them out of a decode
+        step's CUDA graph, a cost the estimate does not see (it would pick them in decode)."""
         hierarchical = self.mode == "throughput" or (self.mode == "auto" and phase == "prefill")
         needs = tuple(
             (size, self._need(size))

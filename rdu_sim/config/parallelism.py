@@ -126,9 +126,11 @@ class ParallelismConfig(StrictModel):
         description="how the experts' all-to-all sends (DeepEP's two kinds): 'throughput' "
         "sends a token once to each node it needs over the network, then on to its devices "
         "inside the node; 'low_latency' sends each of its experts' copies straight to their "
-        "devices; 'auto' runs, per call, the one whose idle-link estimate is smaller (ties: "
-        "throughput for prefill, low_latency for decode), and on GPUs that convention itself "
-        "(SGLang's --deepep-mode auto)",
+        "devices; 'auto' runs, for a layer's dispatch and combine together, the forms that take "
+        "the least time on the ports they share (the busiest port's load, or the slower call's "
+        "idle-link estimate if longer; ties: the smaller sum of the estimates, then throughput "
+        "for prefill, low_latency for decode), and on GPUs that convention itself (SGLang's "
+        "--deepep-mode auto)",
     )
     dispatch_dtype: Literal["fp8", "bf16"] | None = Field(
         default=None,

@@ -2,8 +2,9 @@
 
 A stage with a ``CollectiveSpec`` hands each finished chunk of its output to a port, which
 starts the chunk's collective on the run's ``Topology`` with the algorithm chosen for the
-stage's message size and the wiring (``plan_collective``: ``hw.collective_choice``, once per
-stage), and returns the event that fires when the chunk has been reduced/gathered everywhere.
+stage's message size and the wiring (``plan_stages``, once per kernel: ``hw.collective_choice``
+for each stage, a kernel's expert all-to-alls by the ports they share), and returns the event
+that fires when the chunk has been reduced/gathered everywhere.
 Each port keeps when each call's pieces started and finished (``spans``), for the step's
 per-collective report (``CollectiveTiming``).
 
@@ -22,17 +23,18 @@ Groups are consecutive sockets: socket ``s`` belongs to group ``s // spec.group`
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from rdu_sim.compiler.program import CollectiveSpec, KernelProgram
+from rdu_sim.compiler.program import CollectiveSpec, KernelProgram, StageProgram
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
-from rdu_sim.hw.all_to_all import AllToAll, all_to_all
+from rdu_sim.hw.all_to_all import MODES, AllToAll, all_to_all
 from rdu_sim.hw.all_to_all import estimate as all_to_all_estimate
 from rdu_sim.hw.all_to_all import sent_bytes as all_to_all_sent
-from rdu_sim.hw.collective_choice import CollectivePlan, Wiring, choose, tied
+from rdu_sim.hw.collective_choice import TIE_RTOL, CollectivePlan, Estimate, Wiring, choose
 from rdu_sim.hw.collective_run import start_collective
 from rdu_sim.hw.collectives import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, Topology
 from rdu_sim.pickled import Reduced, by_fields
@@ -58,12 +60,13 @@ def wiring_of(system: SystemConfig) -> Wiring:
 
 
 def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePlan:
-    """The algorithm a stage's collective runs: chosen (or forced) by the hardware's
+    """The algorithm a stage's collective runs, the stage alone (:func:`plan_stages` plans a
+    kernel's all-to-alls together): chosen (or forced) by the hardware's
     ``collective_algorithm`` for the stage's whole tensor, ``spec.bytes`` in
     ``collective_chunks`` pieces, over the group's wiring (the pieces leave as the tiles that
     feed them finish; the estimate takes them all at once, the bandwidth-bound case)."""
     if spec.exchange is not None:
-        return plan_all_to_all(spec.exchange, spec.bytes, spec.group, system)
+        return plan_all_to_alls(((spec.exchange, spec.bytes),), spec.group, system)[0]
     kind = HW_KINDS.get(spec.kind)
     if kind is None:
         raise ValueError(
@@ -79,26 +82,88 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     )
 
 
-def plan_all_to_all(
-    exchange: AllToAllSpec, nbytes: float, group: int, system: SystemConfig
-) -> CollectivePlan:
-    """The form an expert all-to-all runs: the workload's (``parallelism.all_to_all``), or
-    under ``auto`` (``exchange.choose``) whichever form's estimate (its time alone on idle
-    links, in the engine's pieces: ``all_to_all.estimate``) is smaller, as a compiler holding
-    both kernels would pick per call; equal estimates keep DeepEP's convention
-    (``exchange.mode``). The plan's policy says which rule chose (``auto`` or the forced
-    form), its candidates every form's estimate."""
+def plan_stages(stages: Sequence[StageProgram], system: SystemConfig) -> dict[str, CollectivePlan]:
+    """The plan of each stage of a kernel with a collective over more than one socket, by
+    stage name: the all-to-alls of a group together (:func:`plan_all_to_alls`: they stream
+    through the same ports, layer after layer), any other collective on its own."""
+    plans: dict[str, CollectivePlan] = {}
+    exchanges: dict[int, list[StageProgram]] = {}
+    for stage in stages:
+        spec = stage.collective
+        if spec is None or spec.group <= 1:
+            continue
+        if spec.exchange is None:
+            plans[stage.name] = plan_collective(spec, system)
+        else:
+            exchanges.setdefault(spec.group, []).append(stage)
+    for group, members in exchanges.items():
+        calls = tuple(_exchange_call(s) for s in members)
+        for stage, plan in zip(members, plan_all_to_alls(calls, group, system), strict=True):
+            plans[stage.name] = plan
+    return plans
+
+
+def _exchange_call(stage: StageProgram) -> tuple[AllToAllSpec, float]:
+    spec = stage.collective
+    assert spec is not None and spec.exchange is not None
+    return spec.exchange, spec.bytes
+
+
+def together_s(estimates: Sequence[Estimate]) -> float:
+    """The least time all-to-alls streamed through the same ports take (each estimate's
+    ``busy_s``: its seconds on each port or link direction alone): their busiest shared
+    port's total busy seconds, or the slowest one's own time on idle links if longer. Alone
+    a call's estimate; together, what one leaves a port idle for (a second hop's wait for
+    its first) the others' pieces fill."""
+    load: dict[str, float] = {}
+    for est in estimates:
+        for port, seconds in est.busy_s:
+            load[port] = load.get(port, 0.0) + seconds
+    return max(max(load.values(), default=0.0), max((e.time_s for e in estimates), default=0.0))
+
+
+def plan_all_to_alls(
+    calls: Sequence[tuple[AllToAllSpec, float]], group: int, system: SystemConfig
+) -> tuple[CollectivePlan, ...]:
+    """The forms a kernel's expert all-to-alls over ``group`` sockets run, one plan each of
+    ``calls`` (routing, bytes): the workload's (``parallelism.all_to_all``), or under
+    ``auto`` (``exchange.choose``) the forms, taken together, whose :func:`together_s` (over
+    each form's estimate: its time alone on idle links, in the engine's pieces,
+    ``all_to_all.estimate``) is smallest, as a compiler holding both kernels would pick per
+    call: a step streams a layer's dispatch and combine, and the next layer's, through the
+    same ports, so a form that loads the busiest of them more loses even where its time
+    alone is shorter. Equal ones go to the smaller sum of the estimates (the calls one after
+    another), then to DeepEP's convention (``exchange.mode``). Each plan's policy says which
+    rule chose (``auto`` or the forced form), its candidates every form's estimate."""
     wiring, pieces = wiring_of(system), system.collective_chunks
-    modes: tuple[Literal["direct", "hierarchical"], ...] = (
-        ("direct", "hierarchical") if exchange.choose else (exchange.mode,)
+    options: list[tuple[Estimate, ...]] = []
+    for exchange, nbytes in calls:
+        other: Literal["direct", "hierarchical"] = (
+            "hierarchical" if exchange.mode == "direct" else "direct"
+        )
+        modes = (exchange.mode, other) if exchange.choose else (exchange.mode,)
+        options.append(
+            tuple(
+                all_to_all_estimate(replace(exchange, mode=m), nbytes, group, wiring, pieces)
+                for m in modes
+            )
+        )
+    combos = list(itertools.product(*options))  # the conventions' first
+    best = min(together_s(c) for c in combos)
+    combos = [c for c in combos if together_s(c) <= best * (1 + TIE_RTOL)]
+    least = min(sum(e.time_s for e in c) for c in combos)
+    chosen = next(c for c in combos if sum(e.time_s for e in c) <= least * (1 + TIE_RTOL))
+    return tuple(
+        CollectivePlan(
+            "alltoall",
+            group,
+            nbytes,
+            "auto" if exchange.choose else exchange.mode,
+            est,
+            tuple(sorted(ests, key=lambda e: MODES.index(e.algorithm))),
+        )
+        for (exchange, nbytes), est, ests in zip(calls, chosen, options, strict=True)
     )
-    ests = tuple(
-        all_to_all_estimate(replace(exchange, mode=m), nbytes, group, wiring, pieces) for m in modes
-    )
-    equal = tied(ests)
-    chosen = next((e for e in equal if e.algorithm == exchange.mode), equal[0])
-    policy = "auto" if exchange.choose else exchange.mode
-    return CollectivePlan("alltoall", group, nbytes, policy, chosen, ests)
 
 
 def run_exchange(spec: CollectiveSpec, plan: CollectivePlan) -> AllToAllSpec | None:
@@ -311,11 +376,12 @@ def collective_timings(
     """The report of each collective stage of ``kernel`` (those with a group above 1), from
     its plan and the call times its port measured (``spans``: seconds per simulated call)."""
     out: list[CollectiveTiming] = []
+    plans = plan_stages(kernel.stages, system)
     for stage in kernel.stages:
         spec = stage.collective
         if spec is None or spec.group <= 1:
             continue
-        plan = plan_collective(spec, system)
+        plan = plans[stage.name]
         est = plan.chosen
         exchange = run_exchange(spec, plan)
         seen = spans.get(stage.name, ())

@@ -35,7 +35,7 @@ from rdu_sim.engine.collective_port import (
     CollectivePort,
     RendezvousPort,
     SymmetricPort,
-    plan_collective,
+    plan_stages,
 )
 from rdu_sim.engine.kernel_pipeline import KernelPipeline
 from rdu_sim.engine.kernel_state import KernelState, StateBuilder
@@ -115,8 +115,9 @@ class KernelSim:
         self.recorder = Recorder() if record else None
         self.topology = topology_for(env, tp, system)
         port_type = RendezvousPort if config.all_sockets else SymmetricPort
+        plans = plan_stages(kernel.stages, system)
         self.ports: dict[str, CollectivePort] = {
-            s.name: port_type(self.topology, s.collective, plan_collective(s.collective, system))
+            s.name: port_type(self.topology, s.collective, plans[s.name])
             for s in kernel.stages
             if s.collective is not None and s.collective.group > 1
         }

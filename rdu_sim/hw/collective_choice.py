@@ -97,6 +97,11 @@ class Estimate:
     # the binding link direction or port's bytes over its bandwidth: bytes_per_link at that
     # direction's bandwidth when it also carries the most bytes
     bandwidth_s: float
+    # where the estimate simulated the call: the seconds each link direction or port it used
+    # is busy (its bytes over its bandwidth), by name (``Topology.directions``, socket 0's
+    # for the symmetric shortcut), for a choice between calls that share them
+    # (``engine.collective_port.plan_all_to_alls``); empty for a closed form
+    busy_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def time_s(self) -> float:
@@ -216,14 +221,17 @@ def split(algorithm: str, hops: int, topo: Topology, time_s: float) -> Estimate:
     term is the binding link direction or port's bytes over its bandwidth (the most of
     those), ``bytes_per_link`` that direction's bytes; the latency term the rest (the hops'
     latencies, a pipeline's fill and the waits of one port for another, less what the pieces
-    overlap)."""
+    overlap); ``busy_s`` each direction's or port's busy seconds."""
     topo.chains.flush()
     bound, busiest = 0.0, 0.0
+    busy: list[tuple[str, float]] = []
     for link, d, _ in topo.directions():
         nbytes = link.bytes[d].total
+        if nbytes > 0:
+            busy.append((f"{link.name}/{d}", nbytes / link.bandwidth))
         if nbytes / link.bandwidth > bound:
             bound, busiest = nbytes / link.bandwidth, nbytes
-    return Estimate(algorithm, hops, busiest, time_s - bound, bound)
+    return Estimate(algorithm, hops, busiest, time_s - bound, bound, tuple(busy))
 
 
 def tied(ests: tuple[Estimate, ...]) -> list[Estimate]:
