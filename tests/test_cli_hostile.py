@@ -1099,6 +1099,10 @@ def test_a_folder_given_for_a_file_is_one_error_line(
     result = invoke(*args, tmp_path)
     stderr = clean_failure(result, f"{tmp_path}: a folder, not a file: {option} takes a file")
     assert "Usage:" not in stderr and "Invalid value" not in stderr
+    # a name ending in a slash is a folder's, made or not (it wrote a file without the slash)
+    named = f"{tmp_path / 'out.csv'}/"
+    stderr = clean_failure(invoke(*args, named), f"{named}: a folder, not a file: {option} takes")
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_a_spec_given_as_its_own_database_is_named_a_yaml_file(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,12 +28,13 @@ class FilePath(click.Path):
         if not isinstance(path, Path):
             return path
         try:
-            folder = path.is_dir()
+            # a name ending in a separator is a folder's, made or not (Path drops the slash)
+            folder = path.is_dir() or str(value).endswith(("/", os.sep))
         except OSError as exc:  # a name too long: the write error it will be
             fail(f"{path}: cannot write: {exc.strerror or exc}")
         if folder:
             option = param.opts[-1] if param is not None and param.opts else "the option"
-            fail(f"{path}: a folder, not a file: {option} takes a file's path")
+            fail(f"{value}: a folder, not a file: {option} takes a file's path")
         return path
 
 
