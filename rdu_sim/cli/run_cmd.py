@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,9 +181,7 @@ def _write(out_dir: Path, write: Callable[[], object], names: str, quiet: bool) 
     try:
         write()
     except WriteError as exc:
-        raise WriteError(
-            [replace(i, message=i.message + " (the report above is complete)") for i in exc.issues]
-        ) from None
+        raise exc.after_report() from None
     if not quiet:
         click.echo(f"wrote {out_dir}/{names}")
 

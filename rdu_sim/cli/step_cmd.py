@@ -587,4 +587,4 @@ def command(
         if note is not None:
             click.echo(note)
     if trace_error is not None:
-        raise trace_error
+        raise trace_error.after_report()

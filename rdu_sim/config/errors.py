@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdu_sim.config.show import cut_middle
 from rdu_sim.input_errors import InputError
@@ -90,3 +90,10 @@ class WriteError(ConfigError):
         """The error for `exc` raised while writing `path` (`note` says what survives)."""
         problem = exc.strerror or str(exc)
         return cls([ConfigIssue(str(path), "", f"cannot write: {problem}{note}")])
+
+    def after_report(self) -> WriteError:
+        """This error said after the report it follows was printed whole (a command's files
+        are written after its report: a failed write loses none of it)."""
+        return WriteError(
+            [replace(i, message=i.message + " (the report above is complete)") for i in self.issues]
+        )
