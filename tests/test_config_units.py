@@ -617,3 +617,30 @@ def test_a_bare_capacity_of_a_mebibyte_or_more_and_any_with_its_unit_are_read(
 ) -> None:
     scenario = load_scenario(LLAMA, [f"hw.socket.hbm.capacity={value}"])
     assert scenario.hardware.socket.hbm.capacity == parse_bytes(value)
+
+
+def test_a_parsed_quantity_has_the_json_schema_of_its_before_validator() -> None:
+    # config.units.Parsed makes the input type's schema only for a JSON Schema: the same
+    # schema BeforeValidator gives, the constraints a field adds (gt, le) kept, and none in
+    # the validator a model builds.
+    from typing import Annotated
+
+    from pydantic import BaseModel, BeforeValidator, Field
+
+    from rdu_sim.config import units
+
+    given = units._quantity(units._TIME_UNITS, "seconds")
+    plain = Annotated[float, BeforeValidator(units.parse_seconds, json_schema_input_type=given)]
+
+    class Lazy(BaseModel):
+        a: Annotated[units.Seconds, Field(gt=0, le=5)]
+        b: units.Seconds | None = None
+
+    class Eager(BaseModel):
+        a: Annotated[plain, Field(gt=0, le=5)]
+        b: plain | None = None
+
+    assert Lazy.model_json_schema() == {**Eager.model_json_schema(), "title": "Lazy"}
+    assert "json_schema_input_schema" not in repr(Lazy.__pydantic_core_schema__)
+    assert "json_schema_input_schema" in repr(Eager.__pydantic_core_schema__)
+    assert Lazy(a="2 ms").a == Eager(a="2 ms").a == 0.002

@@ -139,6 +139,21 @@ class KernelSim:
             )
             for s in self.sockets
         ]
+        # What ``_stats`` and ``_state`` read at every mark, gathered once here: the pipelines
+        # are complete, and these are their own objects (dicts and lists they keep).
+        pipe = self.pipelines[0]
+        self._pcu_groups = list(pipe.pcus.values())  # socket 0's, in stage order
+        self._stage_ports = [
+            (stage.pmus, max(stage.pmus, 1), pipe.runners[stage.name], pipe.buffers[stage.name])
+            for stage in kernel.stages
+        ]
+        self._state_parts = [
+            (
+                list(socket.channels.values()),
+                [(r, p.pcus.get(n), p.buffers[n]) for n, r in p.runners.items()],
+            )
+            for socket, p in zip(self.sockets, self.pipelines, strict=True)
+        ]
         self.layers = LayerCount(layers)
         self.boundaries: list[Boundary] = []
         self.marks: list[Boundary] = []
@@ -248,15 +263,14 @@ class KernelSim:
         every simulated socket, its memory tiers, stages, buffers and PCUs, and the links."""
         into = StateBuilder(float(self.env.now))
         into.pending(self.env.scheduled_times())
-        for socket, pipe in zip(self.sockets, self.pipelines, strict=True):
-            for channel in socket.channels.values():
+        for channels, stages in self._state_parts:
+            for channel in channels:
                 into.durations(channel.streams_left_s())
-            for name, runner in pipe.runners.items():
+            for runner, group, buffers in stages:
                 runner.state(into, layer)
-                group = pipe.pcus.get(name)
                 if group is not None:
                     into.ahead(group.free_at)
-                for buffer in pipe.buffers[name]:
+                for buffer in buffers:
                     into.count(*buffer.occupancy())
                     into.ahead(*buffer.ports_free_at())
         for link, direction, _ in self.topology.directions():
@@ -267,22 +281,28 @@ class KernelSim:
     def _stats(self) -> RunStats:
         """Socket 0's totals now (at a layer boundary, or at the end of the run)."""
         elapsed = float(self.env.now)
-        socket, pipe, topo = self.sockets[0], self.pipelines[0], self.topology
-        cfg = socket.config
-        pcu_s = sum(g.n_pcus * g.busy.busy_time for g in pipe.pcus.values())
-        pcu_stage_s = max((g.busy.busy_time for g in pipe.pcus.values()), default=0.0)
-        flops = sum(g.matrix_flops for g in pipe.pcus.values())
-        vector = sum(g.vector_flops for g in pipe.pcus.values())
+        socket, topo = self.sockets[0], self.topology
+        bandwidth = socket.config.pmu.bandwidth
+        # One pass over the PCU groups, in the order (and so with the float sums) of four.
+        pcu_s = 0.0
+        pcu_stage_s = 0.0
+        flops = 0.0
+        vector = 0.0
+        for g in self._pcu_groups:
+            busy = g.busy.busy_time
+            pcu_s += g.n_pcus * busy
+            pcu_stage_s = max(pcu_stage_s, busy)
+            flops += g.matrix_flops
+            vector += g.vector_flops
         pmu_s = 0.0
         pmu_stage_s = 0.0
         sram = 0.0
-        for stage in pipe.kernel.stages:
-            runner = pipe.runners[stage.name]
-            bufs = pipe.buffers[stage.name]
-            moved = sum(b.bytes_moved() for b in bufs)
-            pmus = max(stage.pmus, 1)
-            port_s = min(moved / (2 * pmus * cfg.pmu.bandwidth) + runner.sram_time, elapsed)
-            pmu_s += stage.pmus * port_s
+        for stage_pmus, pmus, runner, bufs in self._stage_ports:
+            moved = 0.0
+            for b in bufs:
+                moved += b.bytes_moved()
+            port_s = min(moved / (2 * pmus * bandwidth) + runner.sram_time, elapsed)
+            pmu_s += stage_pmus * port_s
             pmu_stage_s = max(pmu_stage_s, port_s)
             sram += runner.sram_bytes
         p2p, link_busy, link_flight = link_totals(topo)

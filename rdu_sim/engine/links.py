@@ -64,13 +64,19 @@ def link_totals(topo: Topology) -> tuple[float, LinkTimes, LinkTimes]:
     )
 
 
+BUSY_FIELDS: tuple[str, ...] = tuple(f"{field}_busy_s" for field in LINK_FIELDS)
+FLIGHT_FIELDS: tuple[str, ...] = tuple(f"{field}_flight_s" for field in LINK_FIELDS)
+"""``RunStats``' field of each link class's busy and flight time (named once: a kernel
+simulation builds its totals at every fast-forward mark)."""
+
+
 def link_busy_fields(busiest: LinkTimes, flight: LinkTimes) -> dict[str, float]:
     """``RunStats``' link times from ``link_totals``' of each class: the busiest direction's
     serialisation (``<field>_busy_s``, and the busiest of all ``link_busy_s``) and its time
     under way (``<field>_flight_s``, ``link_flight_s``)."""
     return {
         "link_busy_s": max(busiest),
-        **{f"{field}_busy_s": s for field, s in zip(LINK_FIELDS, busiest, strict=True)},
+        **dict(zip(BUSY_FIELDS, busiest, strict=True)),
         "link_flight_s": max(flight),
-        **{f"{field}_flight_s": s for field, s in zip(LINK_FIELDS, flight, strict=True)},
+        **dict(zip(FLIGHT_FIELDS, flight, strict=True)),
     }
