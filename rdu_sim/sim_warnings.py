@@ -8,7 +8,8 @@ kinds, each where its rule lives:
 
 - a field set that the choice of its section does not read: ``config.overrides.
   UnreadFieldWarning`` (``kv.policies.UnreadKVFieldWarning``), ``config.cluster.
-  UnreadRouterFieldWarning``, a config.json's keys ``models.hf_config.UnreadKeyWarning``;
+  UnreadRouterFieldWarning``, a config.json's keys ``models.hf_config.UnreadKeyWarning``,
+  and the keys that size a model left out ``models.hf_config.DefaultedShapeWarning``;
 - a run's warnings, also its report's ``warnings`` (one rule: ``report.summary.
   run_warnings``): weights pushed to DDR ``compiler.placement.WeightsSpilledWarning``,
   speculation slower than plain decoding ``report.speculation.SlowSpeculationWarning``,

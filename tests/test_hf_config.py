@@ -513,7 +513,9 @@ def test_the_defaults_table_holds_every_key_read(
     data = {"model_type": model_type} | (
         {"use_sliding_window": True} if "max_window_layers" in keys else {}
     )
-    with contextlib.suppress(ConfigError):  # kimi_k2, Qwen3-MoE require keys: still read
+    with contextlib.suppress(ConfigError), warnings.catch_warnings():
+        # kimi_k2, Qwen3-MoE require keys: still read; every size left out is warned about
+        warnings.simplefilter("ignore", hf_config.DefaultedShapeWarning)
         hf_config.architecture_from_config(data, file="config.json", name="m")
     assert read == keys | {"model_type"}
 
@@ -571,3 +573,25 @@ def test_keys_not_read_are_named_in_one_warning(tmp_path: Path) -> None:
 def test_deepseek_attention_bias_is_read(tmp_path: Path) -> None:
     issues = _issues(_write(tmp_path, DEEPSEEK_V3_LEFT_OUT | {"attention_bias": True}))
     assert issues == ["attention_bias: true (biases on MLA's projections) is not modelled"]
+
+
+def test_a_file_leaving_out_a_key_that_sizes_the_model_is_warned_about(tmp_path: Path) -> None:
+    """Qwen2.5-72B's file without hidden_size reads as transformers would (Qwen2Config's
+    4096: a 33 B model, not 72 B), and says so in one warning naming the key and the default
+    it took (the trial's silently accepted cut file); the shipped files, which give every
+    such key, say nothing."""
+    data = _fixture("qwen2.5-72b")
+    del data["hidden_size"]
+    path = _write(tmp_path, data)
+    with pytest.warns(hf_config.DefaultedShapeWarning) as caught:
+        arch = read_config_json(path)
+    assert arch.hidden_size == 4096
+    (warning,) = caught
+    assert str(warning.message) == (
+        f"{path}: leaves out keys that size the model, read with model_type qwen2's defaults: "
+        "hidden_size 4096 (a checkpoint's config.json gives them; docs/models.md)"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hf_config.DefaultedShapeWarning)
+        for name in NAMES:
+            read_config_json(FIXTURES / name / "config.json")

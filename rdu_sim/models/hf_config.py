@@ -318,6 +318,23 @@ class UnreadKeyWarning(RduSimWarning):
     CLI prints it as one `warning:` line."""
 
 
+class DefaultedShapeWarning(RduSimWarning):
+    """A config.json that leaves out a key of the model's size (:data:`SHAPE_KEYS`): read
+    with the transformers default, as transformers would, but a checkpoint's file gives
+    them, so a file without one is likely cut or edited by mistake."""
+
+
+SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "moe_intermediate_size",
+)
+"""The keys that size the model: every released checkpoint's config.json writes them."""
+
+
 def _key_pattern(key: str) -> re.Pattern[str]:
     """Where `key` is written as an object key in JSON text (`"key":`)."""
     return re.compile(rf'"{re.escape(key)}"\s*:')
@@ -570,7 +587,32 @@ def architecture_from_config(
         raise ConfigError(r.issues) from None
     if unread:
         _warn_unread(r, unread)
+    _warn_defaulted_shape(r)
     return arch
+
+
+def _warn_defaulted_shape(r: _Reader) -> None:
+    """One DefaultedShapeWarning naming the :data:`SHAPE_KEYS` the model type reads that the
+    file leaves out, each with the default it took."""
+    left_out = [
+        key
+        for key in SHAPE_KEYS
+        if key in DEFAULTS[r.model_type]
+        and key not in r.data
+        and ALIASES.get(r.model_type, {}).get(key) not in r.data
+    ]
+    if not left_out:
+        return
+    taken = ", ".join(
+        f"{r.prefix}{key} {default_words(DEFAULTS[r.model_type][key])}" for key in left_out
+    )
+    warn(
+        DefaultedShapeWarning(
+            f"{r.file}: leaves out keys that size the model, read with model_type "
+            f"{r.model_type}'s defaults: {taken} (a checkpoint's config.json gives them; "
+            "docs/models.md)"
+        )
+    )
 
 
 def unread_keys(data: Mapping[str, Any], model_type: str) -> tuple[dict[str, str], list[str]]:
