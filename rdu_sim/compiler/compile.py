@@ -79,7 +79,7 @@ from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.row_path import RowGraph
 from rdu_sim.compiler.shared_programs import shared
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.stages import PipelineStage, scenario_stages
 from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
@@ -123,11 +123,8 @@ class Compiler:
         self._replicates: dict[tuple[StepShape, int], bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
-        parallelism = scenario.workload.parallelism
         self._stages: tuple[PipelineStage | None, ...] = (
-            pipeline_stages(scenario.model, parallelism.pp, parallelism.stage_layers)
-            if parallelism.pp > 1
-            else (None,)
+            scenario_stages(scenario) if scenario.workload.parallelism.pp > 1 else (None,)
         )
 
     @property

@@ -36,7 +36,7 @@ most beside the slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
@@ -57,7 +57,7 @@ from rdu_sim.compiler.program import (
     TierUsage,
 )
 from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate, wiring_key
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.stages import PipelineStage, scenario_stages
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
@@ -155,18 +155,18 @@ class PlanFacts:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self._inventories: dict[tuple[PipelineStage | None, bool], list[WeightTensor]] = {}
+        self._inventories: dict[tuple[PipelineStage | None, bool], tuple[WeightTensor, ...]] = {}
         self._replicates: dict[tuple[int, PipelineStage | None, tuple[object, ...]], bool] = {}
 
     def inventory(
         self, stage: PipelineStage | None = None, whole_queries: bool = False
-    ) -> list[WeightTensor]:
+    ) -> tuple[WeightTensor, ...]:
         """`weight_inventory` of one slot (a pipeline ``stage``'s), on a plan holding MLA's
-        query weights whole or their slices (the list is shared: read it, never change it)."""
+        query weights whole or their slices (shared by every caller, so a tuple)."""
         key = (stage, whole_queries)
         if key not in self._inventories:
-            self._inventories[key] = weight_inventory(
-                self.scenario, stage=stage, whole_queries=whole_queries
+            self._inventories[key] = tuple(
+                weight_inventory(self.scenario, stage=stage, whole_queries=whole_queries)
             )
         return self._inventories[key]
 
@@ -876,7 +876,7 @@ def plan_memory(
 
 
 def _replicas(
-    facts: PlanFacts, inventory: list[WeightTensor], stage: PipelineStage | None
+    facts: PlanFacts, inventory: Sequence[WeightTensor], stage: PipelineStage | None
 ) -> tuple[tuple[str, ...], int]:
     """The weights of ``inventory`` held whole on every socket beyond the slices the layout
     gives them (MLA's query and value weights, when the plan holds them whole:
@@ -1429,15 +1429,8 @@ def weights_read_from_ddr(scenario: Scenario, placement: Placement) -> float:
     embedding table only its tokens' rows, the routed experts those touched) times the share
     of it in DDR (``hbm_fractions``), the rule the compiled step's reads follow
     (``compile._hbm_share``), so the warning says what ``compare`` and ``step`` report."""
-    stage = (
-        None
-        if placement.pipeline_stage < 0
-        else pipeline_stages(
-            scenario.model,
-            scenario.workload.parallelism.pp,
-            scenario.workload.parallelism.stage_layers,
-        )[placement.pipeline_stage]
-    )
+    index = placement.pipeline_stage
+    stage = None if index < 0 else scenario_stages(scenario)[index]
     fractions = hbm_fractions(placement)
     inventory = weight_inventory(scenario, placement.batch_slots, stage=stage)
     return sum(w.reads * (1.0 - fractions.get(w.key, 1.0)) for w in inventory)
