@@ -766,7 +766,7 @@ def plan_memory(
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     if weights_outgrow_hbm(scenario, stage, facts):  # no plan of any slots: the capacity's
-        batch_capacity(scenario, stage=stage, system=system, runnable=False, facts=facts)
+        raise none_fit_error(scenario, stage, facts)
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
@@ -1194,80 +1194,89 @@ def batch_capacity(
     hbm``); otherwise 0 is returned. ``facts``: the scenario's, when its caller keeps them.
     """
     facts = PlanFacts(scenario) if facts is None else facts
-    hbm = scenario.hardware.hbm.capacity
-    total = sum(w.bytes for w in facts.inventory(stage))
-    target = min(total, pinned_limit(scenario))
-    weights = _pinned(scenario, total)
+    weights = _pinned(scenario, sum(w.bytes for w in facts.inventory(stage)))
 
     def fits(slots: int) -> bool:
         return _fits(scenario, slots, weights, stage)
 
     if not fits(1):
         if strict:
-            device = device_noun(scenario.hardware)
-            more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
-            # weights HBM must keep whole that fill it: only what shrinks them helps
-            alone = weights_outgrow_hbm(scenario, stage, facts)
-            page = scenario.stack.kv_page_tokens
-            # a page longer than any sequence: every request reserves it whole, so it sets
-            # the smallest reservation, not the context
-            oversized = sequence_kv_set_by(scenario) == "page"
-            hints = [
-                *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
-                f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
-            ]
-            # at the first of the fields it names that an override set, else at what sizes
-            # a sequence's KV cache (an oversized page, or the slot), or the model when its
-            # weights alone do not fit; its "(from --set)" note names that override and
-            # every other that sizes what does not fit (all but the HBM's own)
-            involved = (
-                more_hbm,
-                *(() if alone or page is None else ("stack.kv_page_tokens",)),
-                *(() if alone else ("serving.max_context", "kv.policy")),
-                "memory.weights",
-                "dtypes.weights",
-                *LAYOUT_FIELDS,
-                "hardware",
-                "model",
-            )
-            field = next(
-                (
-                    f
-                    for f in involved
-                    if override_for(f, scenario.overrides) is not None
-                    and (f != "stack.kv_page_tokens" or _page_overridden(scenario))
-                ),
-                "model"
-                if alone
-                else "stack.kv_page_tokens"
-                if oversized
-                else "serving.max_context",
-            )
-            weights_words = (
-                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                f"({layout_words(scenario)}, {scenario.weight_dtype}), "
-                f"{_weights_placed(scenario, total, target)}"
-            )
-            problem = (
-                f"the weights alone do not fit, so not one sequence does: {weights_words} "
-                f"(its {human.size(hbm, 4)} of HBM per {device})"
-                if alone
-                else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
-                f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
-                f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
-                f"and a step's activations "
-                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                f"{max_prompt_tokens(scenario):,}-token prompt)"
-            )
-            sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
-            kind = WeightsCapacityError if alone else CapacityError
-            raise kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
+            raise none_fit_error(scenario, stage, facts)
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
     return _whole_queries_batch(facts, stage, system) or scenario.stack.runnable_batch(
         most_slots(fits)
     )
+
+
+def none_fit_error(
+    scenario: Scenario, stage: PipelineStage | None = None, facts: PlanFacts | None = None
+) -> CapacityError:
+    """Why not one slot fits in HBM beside the weights it pins (on a pipeline ``stage``'s
+    sockets), with the ways out: `WeightsCapacityError` when the weights alone outgrow HBM
+    under ``memory.weights: hbm`` (`weights_outgrow_hbm`), else a CapacityError at the
+    field that sizes what does not fit. ``facts``: the scenario's, when its caller keeps
+    them."""
+    facts = PlanFacts(scenario) if facts is None else facts
+    hbm = scenario.hardware.hbm.capacity
+    total = sum(w.bytes for w in facts.inventory(stage))
+    target = min(total, pinned_limit(scenario))
+    weights = _pinned(scenario, total)
+    device = device_noun(scenario.hardware)
+    more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+    # weights HBM must keep whole that fill it: only what shrinks them helps
+    alone = weights_outgrow_hbm(scenario, stage, facts)
+    page = scenario.stack.kv_page_tokens
+    # a page longer than any sequence: every request reserves it whole, so it sets
+    # the smallest reservation, not the context
+    oversized = sequence_kv_set_by(scenario) == "page"
+    hints = [
+        *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
+        f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
+    ]
+    # at the first of the fields it names that an override set, else at what sizes
+    # a sequence's KV cache (an oversized page, or the slot), or the model when its
+    # weights alone do not fit; its "(from --set)" note names that override and
+    # every other that sizes what does not fit (all but the HBM's own)
+    involved = (
+        more_hbm,
+        *(() if alone or page is None else ("stack.kv_page_tokens",)),
+        *(() if alone else ("serving.max_context", "kv.policy")),
+        "memory.weights",
+        "dtypes.weights",
+        *LAYOUT_FIELDS,
+        "hardware",
+        "model",
+    )
+    field = next(
+        (
+            f
+            for f in involved
+            if override_for(f, scenario.overrides) is not None
+            and (f != "stack.kv_page_tokens" or _page_overridden(scenario))
+        ),
+        "model" if alone else "stack.kv_page_tokens" if oversized else "serving.max_context",
+    )
+    weights_words = (
+        f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+        f"({layout_words(scenario)}, {scenario.weight_dtype}), "
+        f"{_weights_placed(scenario, total, target)}"
+    )
+    problem = (
+        f"the weights alone do not fit, so not one sequence does: {weights_words} "
+        f"(its {human.size(hbm, 4)} of HBM per {device})"
+        if alone
+        else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
+        f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
+        f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
+        f"and a step's activations "
+        f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+        f"{max_prompt_tokens(scenario):,}-token prompt)"
+    )
+    sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
+    kind = WeightsCapacityError if alone else CapacityError
+    return kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
 
 
 def _page_overridden(scenario: Scenario) -> bool:
