@@ -102,9 +102,10 @@ def test_check_gives_the_run_s_verdict_and_inspect_reports_capacity_zero(
 def test_a_step_batch_beyond_the_slots_plans_for_it_and_warns() -> None:
     """``step --batch`` larger than the workload's slots runs on a memory plan for that
     batch (README: step); where that batch pushes weights to DDR it warns in the run's
-    words, naming ``--batch`` as what set the slots."""
+    words, naming the step's ``batch`` as what set the slots (the API's name, not a CLI
+    option's)."""
     result = CliRunner().invoke(cli, ["step", LLAMA_8B, "--batch", "60"])
     assert result.exit_code == 0, result.output
-    assert "--batch 60 leaves HBM room for" in result.output
-    assert "(a smaller --batch)" in result.output
+    assert f"{LLAMA_8B}: batch 60 leaves HBM room for" in result.output
+    assert "(a smaller batch)" in result.output
     assert "the memory plan for 60 slots" in result.output

@@ -1401,12 +1401,13 @@ class WeightsSpilledWarning(RduSimWarning):
 
 
 def placement_warnings(
-    scenario: Scenario, placement: Placement, batch: str | None = None
+    scenario: Scenario, placement: Placement, option: str | None = None
 ) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
-    read those weights from DDR). ``batch``: what set the plan's slots when not
-    ``serving.batch_slots`` (a step's ``--batch`` beyond them)."""
+    read those weights from DDR). ``option``: the name of what set the plan's slots when
+    not ``serving.batch_slots`` (``api.step``'s ``batch`` beyond them), its value the
+    plan's slots."""
     held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
@@ -1420,8 +1421,8 @@ def placement_warnings(
     slots = placement.batch_slots
     given, remedy = (
         (f"serving.batch_slots {slots}", "lower serving.batch_slots or set it to auto")
-        if batch is None
-        else (batch, f"a smaller {batch.split()[0]}")
+        if option is None
+        else (f"{option} {slots}", f"a smaller {option}")
     )
     return [
         f"{given} leaves HBM room for "

@@ -213,15 +213,15 @@ def over_pool_words(
 
 def warn_spilled(scenario: Scenario, backend: Backend, shape: StepShape) -> None:
     """Warn, in a run's words (``WeightsSpilledWarning``), when the memory plan a step runs
-    on (its workload's slots, or a larger ``--batch``: ``Compiler.plan_slots``) pushes
+    on (its workload's slots, or a larger ``batch``: ``Compiler.plan_slots``) pushes
     weights out of the HBM share ``memory.weights`` gives them. The engine's backend only
     (another has no compiler to ask which plan)."""
     if not isinstance(backend, EngineBackend):
         return
     compiler = backend.compiler(scenario)
     slots = compiler.plan_slots(shape)
-    given = None if slots == compiler.batch_slots() else f"--batch {slots:,}"
-    for words in placement_warnings(scenario, compiler.placement(slots), given):
+    option = None if slots == compiler.batch_slots() else "batch"
+    for words in placement_warnings(scenario, compiler.placement(slots), option):
         warn(WeightsSpilledWarning(f"{scenario.workload_file}: {words}"))
 
 
