@@ -1,7 +1,7 @@
 """One verdict on one layout, from every command (``step``, ``inspect graph``, ``run``,
 ``compare``, ``check``): an explicit ``serving.batch_slots`` on hardware with DDR spills the
 least-read weights there rather than be refused, even where not one slot fits beside all the
-weights (no cliff there: docs/memory.md; ``compiler.placement.slots_spill_weights``, asked
+weights (no cliff there: docs/memory.md; ``compiler.placement.spill_absorbs``, asked
 by ``Compiler.batch_capacity``); weights that alone outgrow HBM under ``memory.weights: hbm``
 are refused, explicit slots or ``auto`` (``WeightsCapacityError``, from the capacity and
 every memory plan). The newcomer trial's ``step`` ran Llama 70B at tp=2 (66.7 GiB of weights
@@ -109,3 +109,36 @@ def test_a_step_batch_beyond_the_slots_plans_for_it_and_warns() -> None:
     assert f"{LLAMA_8B}: batch 60 leaves HBM room for" in result.output
     assert "(a smaller batch)" in result.output
     assert "the memory plan for 60 slots" in result.output
+
+
+class _Refusing:
+    """A backend whose capacity raises ``exc`` (the rest of the Backend is never asked)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def batch_capacity(self, scenario: object) -> int:
+        raise self.exc
+
+
+def test_one_rule_says_which_refusals_the_slots_memory_plan_absorbs() -> None:
+    """``spill_absorbs`` is the one verdict of the compiler's capacity and of
+    ``resolve_batch_slots``: explicit slots with DDR leave "not one slot beside the weights"
+    to their memory plan, never a kernel the socket cannot hold; ``auto`` and a GPU never.
+    ``resolve_batch_slots`` passes every refusal a backend raises on (it turned a kernel's
+    HardwareCapacityError into a capacity of 0 where the compiler raised it)."""
+    from rdu_sim import api
+    from rdu_sim.compiler.errors import CapacityError, HardwareCapacityError
+    from rdu_sim.compiler.placement import spill_absorbs
+    from rdu_sim.serving.backend import resolve_batch_slots
+
+    hot = {"serving.batch_slots": 8, "memory.weights": "hot_set"}
+    scenario = api.load(LLAMA_8B, hot)
+    kernel = HardwareCapacityError.of("kernel 'decoder' has 900 stages", ("hw.socket.pcu.count",))
+    assert spill_absorbs(scenario) and spill_absorbs(scenario, CapacityError("no slot"))
+    assert not spill_absorbs(scenario, kernel)
+    assert not spill_absorbs(api.load(LLAMA_8B, {**hot, "serving.batch_slots": "auto"}))
+    gpu = api.load(LLAMA_8B, {"serving.batch_slots": 8, "hardware": "dgx-h100"})
+    assert not spill_absorbs(gpu)
+    with pytest.raises(HardwareCapacityError, match="900 stages"):
+        resolve_batch_slots(scenario, _Refusing(kernel))  # type: ignore[arg-type]

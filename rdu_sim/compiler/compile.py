@@ -48,7 +48,6 @@ from rdu_sim.compiler.errors import (
     CapacityError,
     HardwareCapacityError,
     SlotsCapacityError,
-    WeightsCapacityError,
     at_hardware,
     at_slots,
 )
@@ -63,7 +62,7 @@ from rdu_sim.compiler.placement import (
     hbm_fractions,
     plan_memory,
     slot_tokens,
-    slots_spill_weights,
+    spill_absorbs,
     whole_queries,
 )
 from rdu_sim.compiler.program import (
@@ -145,7 +144,7 @@ class Compiler:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`); 0
         when not one does and the workload's explicit slots spill weights instead
-        (`placement.slots_spill_weights`), else a CapacityError."""
+        (`placement.spill_absorbs`), else a CapacityError."""
         if self._capacity is None:
             self._capacity = self._capacity_of(True)
         return self._capacity
@@ -162,9 +161,8 @@ class Compiler:
         compare, inspect graph and check all ask here, so they agree)."""
         try:
             return min(self._stage_capacity(stage, runnable) for stage in self._stages)
-        except CapacityError as exc:  # a slot beside the weights (not the weights, a kernel)
-            refused = isinstance(exc, (HardwareCapacityError, WeightsCapacityError))
-            if slots_spill_weights(self.scenario) and not refused:
+        except CapacityError as exc:
+            if spill_absorbs(self.scenario, exc):
                 return 0  # the memory plan decides
             raise
 

@@ -43,6 +43,7 @@ from rdu_sim import human
 from rdu_sim.compiler.errors import (
     FEWER_SLOTS,
     CapacityError,
+    HardwareCapacityError,
     SlotsCapacityError,
     WeightsCapacityError,
     join_remedies,
@@ -729,14 +730,18 @@ def weights_outgrow_hbm(
     return total >= scenario.hardware.hbm.capacity
 
 
-def slots_spill_weights(scenario: Scenario) -> bool:
-    """Whether the workload's batch may push weights out of HBM rather than be refused: an
-    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU). Its
-    memory plan moves the least-read weights to DDR, and refuses only what does not fit
-    even so (`plan_memory`); so its capacity beside all the weights may be 0 (no cliff where
-    a slot stops fitting beside them: docs/memory.md). Not weights that alone outgrow HBM
-    under ``memory.weights: hbm`` (`WeightsCapacityError`, every command alike). ``auto``
-    runs the capacity, so none is no batch."""
+def spill_absorbs(scenario: Scenario, exc: CapacityError | None = None) -> bool:
+    """Whether not one slot fitting beside the weights (the batch capacity's ``exc``, or a
+    capacity of 0 when None) leaves the workload's batch to its memory plan rather than
+    refusing it: the one rule of `Compiler.batch_capacity` and `resolve_batch_slots`. An
+    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU): its plan
+    moves the least-read weights to DDR and refuses only what does not fit even so
+    (`plan_memory`), so there is no cliff where a slot stops fitting beside them
+    (docs/memory.md). Never a kernel the hardware cannot hold (`HardwareCapacityError`), nor
+    weights that alone outgrow HBM under ``memory.weights: hbm`` (`WeightsCapacityError`,
+    every command alike). ``auto`` runs the capacity, so none is no batch."""
+    if isinstance(exc, (HardwareCapacityError, WeightsCapacityError)):
+        return False
     return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
 
 
