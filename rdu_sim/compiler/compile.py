@@ -143,7 +143,7 @@ class Compiler:
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`); 0
-        when not one does and the workload's explicit slots spill weights instead
+        when not one does and the workload's explicit slots shrink a hot set instead
         (`placement.spill_absorbs`), else a CapacityError."""
         if self._capacity is None:
             self._capacity = self._capacity_of(True)
@@ -152,8 +152,8 @@ class Compiler:
     def memory_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage), whether or not the stack runs that batch: the most an explicit
-        ``serving.batch_slots`` runs without spilling weights (0, or a CapacityError, as
-        `batch_capacity`)."""
+        ``serving.batch_slots`` runs without pushing weights out of HBM, which ``hbm``
+        refuses and ``hot_set`` does (0, or a CapacityError, as `batch_capacity`)."""
         return self._capacity_of(False)
 
     def _capacity_of(self, runnable: bool) -> int:

@@ -10,8 +10,9 @@ Rules (SN40L's compiler, SN §V, as the project models it):
    (`pinned_limit`: all of them for `hbm`, `hot_set_fraction` of HBM for `hot_set`, none
    for `streamed`). The rest live in DDR and the steps read them from there; the weights
    with the lowest need go to DDR first; one tensor may straddle (its reads split in
-   proportion).
-3. If the spill does not fit DDR either: CapacityError saying what, by how much, and how to
+   proportion). Under `hbm` none does: slots that leave the weights less HBM than they need
+   are a CapacityError (`_keep_weights_in_hbm`; a GPU has no DDR either).
+3. If the weights in DDR do not fit it: CapacityError saying what, by how much, and how to
    shrink it.
 SRAM (the PMUs) holds no persistent tensor; it is the stage buffers of the running kernel,
 which `compile_program` reports.
@@ -731,18 +732,23 @@ def weights_outgrow_hbm(
 
 
 def spill_absorbs(scenario: Scenario, exc: CapacityError | None = None) -> bool:
-    """Whether not one slot fitting beside the weights (the batch capacity's ``exc``, or a
-    capacity of 0 when None) leaves the workload's batch to its memory plan rather than
-    refusing it: the one rule of `Compiler.batch_capacity` and `resolve_batch_slots`. An
-    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU): its plan
-    moves the least-read weights to DDR and refuses only what does not fit even so
-    (`plan_memory`), so there is no cliff where a slot stops fitting beside them
-    (docs/memory.md). Never a kernel the hardware cannot hold (`HardwareCapacityError`), nor
-    weights that alone outgrow HBM under ``memory.weights: hbm`` (`WeightsCapacityError`,
-    every command alike). ``auto`` runs the capacity, so none is no batch."""
-    if isinstance(exc, (HardwareCapacityError, WeightsCapacityError)):
+    """Whether not one slot fitting beside the weights HBM pins (the batch capacity's
+    ``exc``, or a capacity of 0 when None) leaves the workload's batch to its memory plan
+    rather than refusing it: the one rule of `Compiler.batch_capacity` and
+    `resolve_batch_slots`. An explicit ``serving.batch_slots`` on hardware with DDR (not a
+    GPU) under ``memory.weights`` ``hot_set`` or ``streamed``: weights live in DDR there, and
+    the plan shrinks the hot set its slots leave no room for (`plan_memory`), so there is no
+    cliff where a slot stops fitting beside it. Never under ``hbm``, which keeps every weight
+    in HBM (slots that leave them no room are refused by the capacity or the plan, as weights
+    that alone outgrow HBM are: `WeightsCapacityError`), nor a kernel the hardware cannot
+    hold (`HardwareCapacityError`). ``auto`` runs the capacity, so none is no batch."""
+    if isinstance(exc, HardwareCapacityError):
         return False
-    return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
+    return (
+        scenario.workload.serving.batch_slots != "auto"
+        and scenario.workload.memory.weights != "hbm"
+        and tier_capacities(scenario)["ddr"] > 0
+    )
 
 
 def plan_memory(
@@ -789,7 +795,13 @@ def plan_memory(
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
             w.bytes for w in facts.inventory(stage)
         )
-        where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
+        where = (
+            "which a GPU keeps in HBM too"
+            if gpu
+            else "which memory.weights hbm keeps in HBM too"
+            if scenario.workload.memory.weights == "hbm"
+            else "which may spill to DDR"
+        )
         raise SlotsCapacityError.of(
             f"the KV cache of {human.count(batch_slots, 'slot')} ({human.size(kv, 4)}: "
             f"{slot_words(scenario)}) and activations ({human.size(act, 4)}), which must be "
@@ -825,6 +837,9 @@ def plan_memory(
         in_hbm += weight.bytes
     room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
     inventory = weight_inventory(scenario, batch_slots, kernels, stage)
+    if scenario.workload.memory.weights == "hbm" and not gpu:  # (a GPU's: no DDR, below)
+        left = room - in_hbm  # beside the slots and a shared draft's weights
+        _keep_weights_in_hbm(scenario, inventory, (batch_slots, kv, act), left, stage, system)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
         if here > 0:
@@ -877,6 +892,46 @@ def plan_memory(
         kv_pool=pool,
         replicas=replicas,
         replica_bytes=replica_bytes,
+    )
+
+
+def _keep_weights_in_hbm(
+    scenario: Scenario,
+    inventory: Sequence[WeightTensor],
+    slots: tuple[int, int, int],
+    room: int,
+    stage: PipelineStage | None,
+    system: SystemConfig | None,
+) -> None:
+    """Refuse a plan of ``slots`` (batch slots, their KV cache and activations bytes) that
+    leaves the target's weights (``inventory``) less than they need of HBM (``room``)
+    under ``memory.weights: hbm``, which keeps every weight there (`SlotsCapacityError`, at
+    the slots: fewer of them, or ``hot_set``, which reads the least-read weights from DDR,
+    are ways out). Weights that alone outgrow HBM are refused before (`none_fit_error`)."""
+    total = sum(w.bytes for w in inventory)
+    if total <= room:
+        return
+    batch_slots, kv, act = slots
+    hbm = tier_capacities(scenario)["hbm"]
+    taken = (
+        f"the KV cache of {human.count(batch_slots, 'slot')} ({human.size(kv, 4)}: "
+        f"{slot_words(scenario)})"
+        + (", activations" if draft_weights(scenario) else " and activations")
+        + f" ({human.size(act, 4)})"
+        + (" and the draft's weights" if draft_weights(scenario) else "")
+    )
+    hints = [
+        *_fewer_slots_hint(scenario, batch_slots, stage, system),
+        *shrink_hints(scenario, kv=True, weights=True, slots=batch_slots),
+    ]
+    raise SlotsCapacityError.of(
+        f"{taken} leave {human.size(max(0, room), 4)} of the "
+        f"{human.size(hbm, 4)} HBM per {device_noun(scenario.hardware)} for "
+        f"{scenario.model.name} weights that need {human.size(total, 4)} "
+        f"({layout_words(scenario)}, {scenario.weight_dtype}), {human.size(total - room, 4)} "
+        "short, and memory.weights hbm keeps every weight in HBM",
+        hints,
+        slot_tokens(scenario),
     )
 
 
@@ -1053,14 +1108,12 @@ def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
         )
     beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
     spills = "HBM the weights would have had, which the steps read from DDR instead"
+    # weights pushed to DDR: not a GPU's (no DDR), nor under hbm (every weight in HBM)
+    keeps = scenario.hardware.kind == "gpu" or scenario.workload.memory.weights == "hbm"
     if not scenario.stack.kv_share_words():
-        return f"{beyond} {spills}" if scenario.hardware.kind != "gpu" else ""
+        return "" if keeps else f"{beyond} {spills}"
     outside = "HBM outside that share"
-    return (
-        f"{beyond} {outside}"
-        if scenario.hardware.kind == "gpu"
-        else f"{beyond} {outside} or {spills}"
-    )
+    return f"{beyond} {outside}" if keeps else f"{beyond} {outside} or {spills}"
 
 
 def _unrunnable_words(scenario: Scenario, slots: int) -> str:
@@ -1189,10 +1242,11 @@ def batch_capacity(
     pipeline ``stage``'s sockets: its layers'), within the room the serving stack gives its KV
     cache (``StackConfig.kv_room``), and of those the most the stack runs (at most its
     ``max_batch_slots``, a batch it has a program for: ``batch_programs``; ``runnable=False``:
-    what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling:
-    a plan holds MLA's query weights whole only beside its slots, `whole_queries`, so beside
-    the slices). Under the MLA sequence_split layout the runnable batch is the most beside
-    the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
+    what memory holds, the most an explicit ``serving.batch_slots`` runs with all the weights
+    HBM pins: a plan holds MLA's query weights whole only beside its slots, `whole_queries`,
+    so beside the slices). Under the MLA sequence_split layout the runnable batch is the most
+    beside the whole weights when its decode step replicates the queries
+    (`_whole_queries_batch`).
 
     `strict` raises CapacityError when not even one slot fits (with the ways out;
     `WeightsCapacityError` when the weights alone outgrow HBM under ``memory.weights:
@@ -1393,8 +1447,8 @@ def weights_spilled(scenario: Scenario, placement: Placement) -> tuple[int, int]
 def weights_placement(scenario: Scenario, placement: Placement) -> str:
     """Where the weights are, in the workload's terms: ``memory.weights`` (``hbm``,
     ``hot_set``, ``streamed``), ``_spilled`` added when batch slots pushed some of the
-    weights it pins to DDR (``weights_spilled``): a run at ``hbm`` that reads weights from
-    DDR every step is not served from HBM."""
+    weights it pins to DDR (``weights_spilled``): a ``hot_set`` smaller than the setting pins
+    (``hbm`` never spills: `plan_memory` refuses such slots)."""
     held, wanted = weights_spilled(scenario, placement)
     setting: str = scenario.workload.memory.weights
     return f"{setting}_spilled" if held < wanted else setting

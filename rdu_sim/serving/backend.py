@@ -182,7 +182,11 @@ def over_pool_words(
     the KV policy keeps) cannot run on a paged stack: it needs more of the KV pool (as
     planned at that batch) than the pool holds, in one sentence; None when it fits or the
     stack is not paged. One rule for ``rdu-sim step``'s warning (:func:`warn_over_pool`)
-    and ``compare``'s refusal of a ``--batch`` its memory does not hold."""
+    and ``compare``'s refusal of a ``--batch`` its memory does not hold. (Only a paged
+    stack plans for ``batch`` here: a static stack's step runs on the plan of its slots,
+    ``Compiler.plan_slots``, which says what does not fit.)"""
+    if not scenario.stack.dynamic_batch:
+        return None
     pool = backend.plan_memory(scenario, batch).kv_pool
     if pool is None:
         return None
