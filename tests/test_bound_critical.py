@@ -77,18 +77,22 @@ def test_slow_pmus_name_the_pmu_sram_bandwidth() -> None:
     assert remedy_words("pmu") == "more PMU SRAM bandwidth (hw.socket.pmu.bandwidth)"
 
 
-def test_explicit_slots_spill_weights_below_the_capacity_cliff() -> None:
-    """8 slots on 16 GiB of HBM: fewer than the weights and 8 slots need, so the least-read
-    weights go to DDR (docs/memory.md), as at 16.05 GiB: no cliff between them. 16 slots on
-    15.9 GiB: their KV cache alone does not fit, refused at serving.batch_slots, with the
-    numbers. At 14 GiB the weights alone do not fit (``memory.weights: hbm``): refused
-    whatever the slots."""
+def test_explicit_slots_beyond_the_capacity_have_no_cliff() -> None:
+    """8 slots on 16 GiB of HBM, fewer than the weights and 8 slots need: under ``hbm``
+    (every weight in HBM) refused, as at 16.05 GiB, where one slot fits beside them, and at
+    14 GiB, where the weights alone do not fit; under a hot set as large as the weights, the
+    least-read weights go to DDR at 16 and 16.05 GiB alike (docs/memory.md): no cliff
+    between them either way. 16 slots on 15.9 GiB: their KV cache alone does not fit,
+    refused at serving.batch_slots, with the numbers."""
+    hot = {"memory.weights": "hot_set", "memory.hot_set_fraction": 0.95}  # all 14.96 GiB
     # beside all the weights, not one slot fits at 16 GiB and one at 16.05 GiB
     for capacity, beside in (("16 GiB", 0), ("16.05 GiB", 1)):
         overrides = {"serving.batch_slots": 8, "hw.socket.hbm.capacity": capacity}
-        plan = plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
+        with pytest.raises(CapacityError, match=r"memory\.weights hot_set"):
+            plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
+        plan = plan_capacity(api.load(LLAMA_1S, {**overrides, **hot}), BACKEND)
         assert plan[:2] == (beside, 8) and plan[2].tiers["ddr"].weights_bytes > 7.4e9
-    overrides = {"serving.batch_slots": 16, "hw.socket.hbm.capacity": "15.9 GiB"}
+    overrides = {"serving.batch_slots": 16, "hw.socket.hbm.capacity": "15.9 GiB", **hot}
     with pytest.raises(CapacityError) as caught:
         plan_capacity(api.load(LLAMA_1S, overrides), BACKEND)
     message = str(caught.value)

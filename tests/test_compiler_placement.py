@@ -16,7 +16,7 @@ from rdu_sim.compiler import (
     weight_inventory,
     whole_queries,
 )
-from rdu_sim.compiler.errors import WeightsCapacityError
+from rdu_sim.compiler.errors import SlotsCapacityError, WeightsCapacityError
 from rdu_sim.compiler.program import Placement
 from rdu_sim.scenario import Scenario, load_scenario
 from rdu_sim.shapes import StepShape
@@ -275,8 +275,9 @@ def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None
     words say where the extra slots' KV cache is, and that is where the memory plan put it.
     On a GPU under TensorRT-LLM (kv_memory_fraction 0.9) 14 slots of 4 GiB fit in the
     stack's share, and 16 fit in HBM outside it (a GPU has no DDR: the plan holds every
-    weight in HBM); on SN40L 6 fit beside the weights and a 7th takes HBM from them, which
-    then sit in DDR."""
+    weight in HBM); on SN40L 6 fit beside the weights, and under a hot set of all HBM a 7th
+    takes HBM from them, which then sit in DDR; under ``memory.weights: hbm``, which keeps
+    every weight in HBM, the 7th is refused."""
 
     def explained(overrides: dict[str, object]) -> tuple[str, Scenario, int]:
         scenario = load_scenario("workloads/llama3.1-8b-1socket.yaml", overrides=overrides)
@@ -307,7 +308,9 @@ def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None
     )
     assert batch_capacity(whole, runnable=False) >= 16
 
-    told, scenario, slots = explained({"serving.max_context": 65536, "serving.batch_slots": 7})
+    sn40l = {"serving.max_context": 65536, "serving.batch_slots": 7}
+    hot = {"memory.weights": "hot_set", "memory.hot_set_fraction": 1.0}
+    told, scenario, slots = explained({**sn40l, **hot})
     assert told == (
         "serving.batch_slots sets 7; at most 6 fit beside the weights; 'auto' would pick 4, "
         "the most of them the stack runs (its batch_programs: powers_of_two); the KV cache of "
@@ -316,6 +319,16 @@ def test_an_explicit_batch_beyond_what_fits_says_where_its_kv_cache_is() -> None
         "compiled for it"
     )
     assert plan_memory(scenario, slots).tiers["ddr"].weights_bytes > 0
+    assert plan_memory(scenario, 6).tiers["ddr"].weights_bytes == 0
+    told, scenario, slots = explained(sn40l)
+    assert told.startswith("serving.batch_slots sets 7; at most 6 fit beside the weights; ")
+    assert "beyond them" not in told
+    with pytest.raises(SlotsCapacityError) as refused:
+        plan_memory(scenario, slots)
+    assert "short, and memory.weights hbm keeps every weight in HBM; lower serving." in str(
+        refused.value
+    )
+    assert "(memory.weights hot_set or streamed, now hbm)" in str(refused.value)
     assert plan_memory(scenario, 6).tiers["ddr"].weights_bytes == 0
 
 
@@ -359,20 +372,22 @@ def test_weights_beyond_a_gpus_hbm_name_the_batch_that_fits() -> None:
 
 
 def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
-    """The KV cache's error says the weights may spill to DDR on SN40L only: a GPU keeps
-    them in HBM."""
+    """The KV cache's error says the weights may spill to DDR on SN40L only where
+    ``memory.weights`` reads them from there: a GPU, and ``hbm``, keep them in HBM."""
     # static slots on the GPU too (a paged pool's plan holds the pool, whatever the slots)
     overrides = {
         "serving.max_context": 65536,
         "serving.batch_slots": 16,
         "stack.kv_page_tokens": None,
     }
-    for hardware, where in (
-        ("sn40l", "which may spill to DDR"),
-        ("dgx-h100", "which a GPU keeps in HBM too"),
+    for hardware, weights, where in (
+        ("sn40l", "hot_set", "which may spill to DDR"),
+        ("sn40l", "hbm", "which memory.weights hbm keeps in HBM too"),
+        ("dgx-h100", "hbm", "which a GPU keeps in HBM too"),
     ):
         scenario = load_scenario(
-            "workloads/llama3.1-8b-1socket.yaml", overrides={**overrides, "hardware": hardware}
+            "workloads/llama3.1-8b-1socket.yaml",
+            overrides={**overrides, "hardware": hardware, "memory.weights": weights},
         )
         with pytest.raises(
             CapacityError, match=f"even without the weights \\(14.96 GiB, {where}: "
@@ -383,8 +398,13 @@ def test_a_gpus_kv_capacity_error_keeps_its_weights_in_hbm() -> None:
 def test_weights_spill_lowest_bandwidth_need_first() -> None:
     scenario = load_scenario(
         "workloads/deepseek-r1-128k-snapstream.yaml",
-        overrides={"hw.socket.hbm.capacity": "41 GiB", "serving.batch_slots": 8},
-    )  # 40.78 GiB of weights a socket: they fit, and the 8 slots push some out
+        overrides={
+            "hw.socket.hbm.capacity": "41 GiB",
+            "serving.batch_slots": 8,
+            "memory.weights": "hot_set",
+            "memory.hot_set_fraction": 1.0,
+        },
+    )  # 40.78 GiB of weights a socket: a hot set of all of them, the 8 slots push some out
     placement = plan_memory(scenario, 8)
     for usage in placement.tiers.values():
         assert usage.used_bytes <= usage.capacity_bytes

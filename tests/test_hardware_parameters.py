@@ -41,10 +41,17 @@ SMALL = {"serving.max_context": 2048, "serving.batch_slots": 4}
 
 PROBES: dict[str, tuple[str, dict[str, Any]]] = {
     "one socket": (LLAMA_1S, SMALL),
-    # a fixed batch above the capacity of a 16 GiB HBM: some weights are read from DDR
+    # a fixed batch above the capacity of a 16 GiB HBM beside a hot set of all of it: some
+    # weights are read from DDR (memory.weights hbm refuses the batch)
     "DDR spill": (
         LLAMA_1S,
-        {**SMALL, "serving.batch_slots": 8, "hw.socket.hbm.capacity": 16 * 2**30},
+        {
+            **SMALL,
+            "serving.batch_slots": 8,
+            "hw.socket.hbm.capacity": 16 * 2**30,
+            "memory.weights": "hot_set",
+            "memory.hot_set_fraction": 1.0,
+        },
     ),
     "8 sockets, one node": (LLAMA_8S, SMALL),
     # a stack that samples on the host: the logits cross the host link every step

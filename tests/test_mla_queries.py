@@ -18,6 +18,7 @@ import yaml
 from rdu_sim import api
 from rdu_sim.cluster.scenario import load_cluster
 from rdu_sim.compiler import (
+    CapacityError,
     Compiler,
     batch_capacity,
     shared_programs,
@@ -615,14 +616,18 @@ def test_what_memory_holds_grows_with_the_hbm_and_bounds_the_batch(
 @pytest.mark.parametrize(("slots", "spilled"), [(76, 0), (77, 131_783_307)])
 def test_an_explicit_batch_spills_exactly_past_what_memory_holds(slots: int, spilled: int) -> None:
     """At 53 GiB 76 slots fit beside the slices (the plan holds them so): no weight in DDR
-    and no word of one; the 77th pushes weights out, and the words say so."""
+    and no word of one; under a hot set of all HBM the 77th pushes weights out, and the
+    words say so (``memory.weights: hbm`` refuses it)."""
+    overrides = {
+        "hw.socket.hbm.capacity": "53GiB",
+        "stack.batch_programs": "any",
+        "serving.batch_slots": slots,
+    }
+    if spilled:
+        with pytest.raises(CapacityError, match="keeps every weight in HBM"):
+            Compiler(api.load(SNAP, overrides)).placement(slots)
     scenario = api.load(
-        SNAP,
-        {
-            "hw.socket.hbm.capacity": "53GiB",
-            "stack.batch_programs": "any",
-            "serving.batch_slots": slots,
-        },
+        SNAP, {**overrides, "memory.weights": "hot_set", "memory.hot_set_fraction": 1.0}
     )
     compiler = Compiler(scenario)
     placement = compiler.placement(slots)

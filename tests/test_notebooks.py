@@ -51,14 +51,19 @@ CHECKS = {
         "plain = [row['launch share'] for row in levels\n"
         "         if row['system'] == 'dgx-h100' and row['CUDA graphs'] is False]\n"
         "assert max(plain) > 0.1, plain  # a launch per kernel: half an unfused step\n"
-        # its words on what fits: a batch beyond SN40L's capacity fits with weights read
-        # from DDR; a GPU's never reads DDR, and its pool refuses what it cannot hold; a
-        # reason reads without the workload's path (the trial found 405B at batch 64 on
-        # sn40l-8 beside "fitting only when every weight is in HBM", DeepSeek-R1 at batch
-        # 64 on an H100 pool of 61 pages "fitting", and reasons led by an absolute path)
+        # its words on what fits: every weight in HBM (memory.weights hbm), so nothing
+        # fits beyond its capacity, and the 405B's 32 slots on sn40l-8 do not fit at all,
+        # the reason saying why; under a hot set every batch fits with weights
+        # read from DDR; a GPU's pool refuses what it cannot hold; a reason reads without
+        # the workload's path (the trial found 405B at batch 64 on sn40l-8 beside "fitting
+        # only when every weight is in HBM", DeepSeek-R1 at batch 64 on an H100 pool of 61
+        # pages "fitting", and reasons led by an absolute path)
         "over = frame[frame.fits & (frame.batch > frame['batch capacity'])]\n"
-        "assert len(over) and (over['DDR GiB/step'] > 0).all(), over\n"
-        "assert set(over.system) == {'sn40l-8'}, over\n"
+        "assert over.empty and (frame[frame.fits]['DDR GiB/step'] == 0).all(), over\n"
+        "big = frame[(frame.model == 'llama-3.1-405b') & (frame.system == 'sn40l-8')]\n"
+        "assert not big.fits.any(), big\n"
+        "assert big.reason.str.contains('keeps every weight in HBM').all(), big.reason\n"
+        "assert spilled.fits.all() and (spilled['DDR GiB/step'] > 0).all(), spilled\n"
         "gpu = frame[(frame.system == 'dgx-h100') & (frame.model == 'deepseek-r1')]\n"
         "assert list(gpu.fits) == [True, False, False, False], gpu\n"
         "assert not frame.reason.str.startswith('/').any(), frame.reason"

@@ -93,8 +93,9 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
     """The capacity error reads as every other error does (``error: FILE: FIELD: message``):
     at the field an override set when one of those it names was (with its ``(from --set)``
     note), HBM capacity among the ways out; trial Q's had no file and no field. With 'auto'
-    slots: the file's own 16 slots spill weights to DDR instead, refused only where their
-    KV cache alone outgrows HBM, at serving.batch_slots' line."""
+    slots, and the file's own 16 slots alike (``memory.weights: hbm``); under a hot set the
+    file's slots push it to DDR instead, refused only where their KV cache alone outgrows
+    HBM, at serving.batch_slots' line."""
     result = CliRunner().invoke(
         cli,
         [
@@ -119,6 +120,18 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
     ), line
     explicit = CliRunner().invoke(
         cli, ["run", str(LLAMA_8B), "--set", "hw.socket.hbm.capacity=16 GiB"]
+    )
+    assert explicit.exit_code == 2 and "cannot fit even one sequence" in explicit.output
+    explicit = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            str(LLAMA_8B),
+            "--set",
+            "hw.socket.hbm.capacity=16 GiB",
+            "--set",
+            "memory.weights=hot_set",
+        ],
     )
     assert explicit.exit_code == 2
     assert explicit.output.startswith(
@@ -185,21 +198,29 @@ def test_a_larger_hot_set_reads_less_from_ddr_and_fits_fewer_slots() -> None:
     assert large_ddr < small_ddr and large_slots < small_slots
 
 
-def test_slots_above_capacity_push_weights_out_of_hbm_with_a_warning() -> None:
+def test_slots_above_capacity_push_a_hot_set_out_of_hbm_with_a_warning() -> None:
+    """Slots above what fits beside all the weights: under ``memory.weights: hbm`` refused
+    at serving.batch_slots (it keeps every weight in HBM); under a hot set of all HBM the
+    same slots push the least-read weights to DDR, with a warning."""
     scenario = load_scenario(LLAMA_8B, {"stack.batch_programs": "any"})  # memory's count
     capacity = batch_capacity(scenario)
     auto = api.run(LLAMA_8B, SHORT).summary()
     assert auto.warnings == [] and auto.memory["ddr"].weights_bytes == 0
     assert auto.weights_placement == "hbm"
+    over_slots = {**SHORT, "serving.batch_slots": capacity + 4}
+    with pytest.raises(CapacityError) as refused:
+        api.run(LLAMA_8B, over_slots)
+    assert f"serving.batch_slots: the KV cache of {capacity + 4} slots" in str(refused.value)
+    hot = {"memory.weights": "hot_set", "memory.hot_set_fraction": 1.0}
     with pytest.warns(WeightsSpilledWarning) as caught:  # (a Python warning too)
-        over = api.run(LLAMA_8B, {**SHORT, "serving.batch_slots": capacity + 4}).summary()
+        over = api.run(LLAMA_8B, {**over_slots, **hot}).summary()
     assert over.memory["ddr"].weights_bytes > 0
     (warning,) = over.warnings
     assert [str(w.message) for w in caught] == [f"{LLAMA_8B}: {warning}"]
     assert f"serving.batch_slots {capacity + 4}" in warning
     assert "of them from there" in warning
-    # the placement says it too (it said 'hbm', and a sweep's row showed nothing else)
-    assert over.weights_placement == "hbm_spilled"
+    # the placement says it too (a sweep's row showed nothing else)
+    assert over.weights_placement == "hot_set_spilled"
 
 
 def test_a_hot_set_pushed_out_by_slots_is_spilled_too() -> None:

@@ -22,8 +22,11 @@ from rdu_sim.compiler.placement import WeightsSpilledWarning
 ROOT = Path(__file__).resolve().parents[1]
 W = "llama3.1-8b-1socket"
 QWEN32 = ROOT / "tests" / "models" / "qwen3-32b" / "config.json"
-SPILLS = {"model": {"config_json": str(QWEN32)}, "serving.requests": 4}
-"""The trial's run: Qwen3-32B's weights on one socket beside 16 slots' KV caches."""
+HOT_SET = {"memory.weights": "hot_set", "memory.hot_set_fraction": 0.9}
+SPILLS = {"model": {"config_json": str(QWEN32)}, "serving.requests": 4, **HOT_SET}
+"""The trial's run: Qwen3-32B's weights on one socket beside 16 slots' KV caches, with a hot
+set of 90% of HBM that the slots push out (``memory.weights: hbm`` refuses those slots)."""
+HOT_SET_ARGS = [f"--set=memory.{k.split('.')[1]}={v}" for k, v in HOT_SET.items()]
 
 
 def _warning_classes() -> dict[str, type[Warning]]:
@@ -84,7 +87,7 @@ def test_a_run_without_warnings_warns_nothing() -> None:
 
 
 def test_the_cli_prints_the_spill_as_one_warning_line() -> None:
-    args = ["run", W, "--json", "--set", f"model.config_json={QWEN32}"]
+    args = ["run", W, "--json", "--set", f"model.config_json={QWEN32}", *HOT_SET_ARGS]
     done = CliRunner().invoke(cli, [*args, "--set", "serving.requests=4"])
     assert done.exit_code == 0, done.output
     lines = [line for line in done.stderr.splitlines() if "of them from there" in line]
@@ -95,6 +98,7 @@ def test_the_text_report_says_the_spill_once() -> None:
     """`rdu-sim run` without --json: the report's warning line, not a second one on stderr
     (the trial's DeepSeek run at 256 slots printed it twice, with and without the file)."""
     args = ["run", W, "--set", f"model.config_json={QWEN32}", "--set", "serving.requests=4"]
+    args += HOT_SET_ARGS
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 0, done.output
     said = [

@@ -21,11 +21,11 @@ def _step(*args: str) -> tuple[int, str]:
 
 
 def test_a_step_whose_weights_spill_says_where_they_live() -> None:
-    """24 GiB of HBM hold the workload's 16 slots' KV and part of the weights: the step of
-    batch 8 runs on that plan, and says so, with the weights' split, and warns as a run does."""
-    result = CliRunner().invoke(
-        cli, ["step", LLAMA_1S, "--batch", "8", "--set", "hw.socket.hbm.capacity=24GiB", "--json"]
-    )
+    """24 GiB of HBM hold the workload's 16 slots' KV and part of a hot set of half HBM: the
+    step of batch 8 runs on that plan, and says so, with the weights' split, and warns as a
+    run does."""
+    hbm, hot = ["--set", "hw.socket.hbm.capacity=24GiB"], ["--set", "memory.weights=hot_set"]
+    result = CliRunner().invoke(cli, ["step", LLAMA_1S, "--batch", "8", *hbm, *hot, "--json"])
     assert result.exit_code == 0
     memory = json.loads(result.stdout)["memory"]
     assert memory["plan_slots"] == 16
@@ -34,7 +34,7 @@ def test_a_step_whose_weights_spill_says_where_they_live() -> None:
     assert "warning: " in result.stderr and "serving.batch_slots 16 leaves HBM room" in (
         result.stderr
     )
-    code, out = _step("--set", "hw.socket.hbm.capacity=24GiB")
+    code, out = _step(*hbm, *hot)
     assert code == 0
     assert "GiB in DDR: the memory plan for the workload's 16 slots, serving.batch_slots" in out
 
@@ -52,9 +52,11 @@ def test_a_plan_that_cannot_hold_its_kv_counts_the_weights_too() -> None:
     assert (
         "the KV cache of 16 slots (16 GiB: a slot of max_context 8192 tokens, kv.policy full) "
         "and activations (64.26 MiB), which must be in HBM, need 16.06 GiB per socket, more "
-        "than its whole HBM (16 GiB) even without the weights (14.96 GiB, which may spill to "
-        "DDR: 31.02 GiB in all); "
+        "than its whole HBM (16 GiB) even without the weights (14.96 GiB, which memory.weights "
+        "hbm keeps in HBM too: 31.02 GiB in all); "
     ) in out
+    code, out = _step("--set", "hw.socket.hbm.capacity=16GiB", "--set", "memory.weights=hot_set")
+    assert code == 2 and "(14.96 GiB, which may spill to DDR: 31.02 GiB in all); " in out
 
 
 def test_too_many_slots_for_a_run_names_the_workload_and_its_field(tmp_path: Path) -> None:

@@ -15,14 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_point_whose_weights_spill_to_ddr_is_named_under_the_table(tmp_path: Path) -> None:
-    """16 slots of 4k context beside Llama 3.1 8B's 15 GiB of weights: at 20 GiB of HBM the
-    slots push weights to DDR (WeightsSpilledWarning in a run); at 64 GiB they do not."""
+    """16 slots of 4k context beside Llama 3.1 8B's 15 GiB of weights, a hot set of up to 75%
+    of HBM: at 20 GiB the slots push part of it to DDR (WeightsSpilledWarning in a run); at
+    64 GiB they do not."""
     spec = {
         "name": "spill",
         "base": str(ROOT / "workloads" / "llama3.1-8b-1socket.yaml"),
         "set": {
             "serving.requests": 4,
             "serving.batch_slots": 16,
+            "memory.weights": "hot_set",
+            "memory.hot_set_fraction": 0.75,
             "serving.max_context": 4096,
             "serving.prompt_tokens": 512,
             "serving.output_tokens": 8,

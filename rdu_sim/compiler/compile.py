@@ -48,7 +48,6 @@ from rdu_sim.compiler.errors import (
     CapacityError,
     HardwareCapacityError,
     SlotsCapacityError,
-    WeightsCapacityError,
     at_hardware,
     at_slots,
 )
@@ -63,7 +62,7 @@ from rdu_sim.compiler.placement import (
     hbm_fractions,
     plan_memory,
     slot_tokens,
-    slots_spill_weights,
+    spill_absorbs,
     whole_queries,
 )
 from rdu_sim.compiler.program import (
@@ -79,7 +78,7 @@ from rdu_sim.compiler.query_choice import replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.row_path import RowGraph
 from rdu_sim.compiler.shared_programs import shared
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.stages import PipelineStage, scenario_stages
 from rdu_sim.compiler.view import CompileView, compile_view
 from rdu_sim.config.hardware import HardwareConfig, SocketConfig
 from rdu_sim.config.workload import EngineConfig
@@ -123,11 +122,8 @@ class Compiler:
         self._replicates: dict[tuple[StepShape, int], bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
-        parallelism = scenario.workload.parallelism
         self._stages: tuple[PipelineStage | None, ...] = (
-            pipeline_stages(scenario.model, parallelism.pp, parallelism.stage_layers)
-            if parallelism.pp > 1
-            else (None,)
+            scenario_stages(scenario) if scenario.workload.parallelism.pp > 1 else (None,)
         )
 
     @property
@@ -147,8 +143,8 @@ class Compiler:
     def batch_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage) and that the serving stack runs (`StackConfig.runnable_batch`); 0
-        when not one does and the workload's explicit slots spill weights instead
-        (`placement.slots_spill_weights`), else a CapacityError."""
+        when not one does and the workload's explicit slots shrink a hot set instead
+        (`placement.spill_absorbs`), else a CapacityError."""
         if self._capacity is None:
             self._capacity = self._capacity_of(True)
         return self._capacity
@@ -156,8 +152,8 @@ class Compiler:
     def memory_capacity(self) -> int:
         """Most batch slots whose KV and activations fit in HBM beside the weights (on every
         pipeline stage), whether or not the stack runs that batch: the most an explicit
-        ``serving.batch_slots`` runs without spilling weights (0, or a CapacityError, as
-        `batch_capacity`)."""
+        ``serving.batch_slots`` runs without pushing weights out of HBM, which ``hbm``
+        refuses and ``hot_set`` does (0, or a CapacityError, as `batch_capacity`)."""
         return self._capacity_of(False)
 
     def _capacity_of(self, runnable: bool) -> int:
@@ -165,9 +161,8 @@ class Compiler:
         compare, inspect graph and check all ask here, so they agree)."""
         try:
             return min(self._stage_capacity(stage, runnable) for stage in self._stages)
-        except CapacityError as exc:  # a slot beside the weights (not the weights, a kernel)
-            refused = isinstance(exc, (HardwareCapacityError, WeightsCapacityError))
-            if slots_spill_weights(self.scenario) and not refused:
+        except CapacityError as exc:
+            if spill_absorbs(self.scenario, exc):
                 return 0  # the memory plan decides
             raise
 

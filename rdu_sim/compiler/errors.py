@@ -20,8 +20,8 @@ class CapacityError(InputError):
 
 class WeightsCapacityError(CapacityError):
     """The weights alone outgrow HBM under ``memory.weights: hbm``, which keeps every weight
-    there: no batch runs, not even an explicit ``serving.batch_slots`` (whose memory plan
-    otherwise pushes the least-read weights to DDR); DDR holds weights only when
+    there: no batch runs, ``auto`` or explicit (slots that leave weights that fit no room
+    are a `SlotsCapacityError` of the memory plan); DDR holds weights only when
     ``memory.weights`` says so (``hot_set``, ``streamed``)."""
 
 

@@ -10,8 +10,9 @@ Rules (SN40L's compiler, SN §V, as the project models it):
    (`pinned_limit`: all of them for `hbm`, `hot_set_fraction` of HBM for `hot_set`, none
    for `streamed`). The rest live in DDR and the steps read them from there; the weights
    with the lowest need go to DDR first; one tensor may straddle (its reads split in
-   proportion).
-3. If the spill does not fit DDR either: CapacityError saying what, by how much, and how to
+   proportion). Under `hbm` none does: slots that leave the weights less HBM than they need
+   are a CapacityError (`_keep_weights_in_hbm`; a GPU has no DDR either).
+3. If the weights in DDR do not fit it: CapacityError saying what, by how much, and how to
    shrink it.
 SRAM (the PMUs) holds no persistent tensor; it is the stage buffers of the running kernel,
 which `compile_program` reports.
@@ -36,13 +37,14 @@ most beside the slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim import human
 from rdu_sim.compiler.errors import (
     FEWER_SLOTS,
     CapacityError,
+    HardwareCapacityError,
     SlotsCapacityError,
     WeightsCapacityError,
     join_remedies,
@@ -57,7 +59,7 @@ from rdu_sim.compiler.program import (
     TierUsage,
 )
 from rdu_sim.compiler.query_choice import StepEstimate, replicates, step_estimate, wiring_key
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.stages import PipelineStage, scenario_stages
 from rdu_sim.config.architecture import DeepSeekArchitecture
 from rdu_sim.config.dtypes import DTYPE_BYTES
 from rdu_sim.config.hardware import HardwareConfig, SystemConfig
@@ -155,18 +157,18 @@ class PlanFacts:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self._inventories: dict[tuple[PipelineStage | None, bool], list[WeightTensor]] = {}
+        self._inventories: dict[tuple[PipelineStage | None, bool], tuple[WeightTensor, ...]] = {}
         self._replicates: dict[tuple[int, PipelineStage | None, tuple[object, ...]], bool] = {}
 
     def inventory(
         self, stage: PipelineStage | None = None, whole_queries: bool = False
-    ) -> list[WeightTensor]:
+    ) -> tuple[WeightTensor, ...]:
         """`weight_inventory` of one slot (a pipeline ``stage``'s), on a plan holding MLA's
-        query weights whole or their slices (the list is shared: read it, never change it)."""
+        query weights whole or their slices (shared by every caller, so a tuple)."""
         key = (stage, whole_queries)
         if key not in self._inventories:
-            self._inventories[key] = weight_inventory(
-                self.scenario, stage=stage, whole_queries=whole_queries
+            self._inventories[key] = tuple(
+                weight_inventory(self.scenario, stage=stage, whole_queries=whole_queries)
             )
         return self._inventories[key]
 
@@ -729,15 +731,24 @@ def weights_outgrow_hbm(
     return total >= scenario.hardware.hbm.capacity
 
 
-def slots_spill_weights(scenario: Scenario) -> bool:
-    """Whether the workload's batch may push weights out of HBM rather than be refused: an
-    explicit ``serving.batch_slots`` on hardware with DDR to spill to (not a GPU). Its
-    memory plan moves the least-read weights to DDR, and refuses only what does not fit
-    even so (`plan_memory`); so its capacity beside all the weights may be 0 (no cliff where
-    a slot stops fitting beside them: docs/memory.md). Not weights that alone outgrow HBM
-    under ``memory.weights: hbm`` (`WeightsCapacityError`, every command alike). ``auto``
-    runs the capacity, so none is no batch."""
-    return scenario.workload.serving.batch_slots != "auto" and tier_capacities(scenario)["ddr"] > 0
+def spill_absorbs(scenario: Scenario, exc: CapacityError | None = None) -> bool:
+    """Whether not one slot fitting beside the weights HBM pins (the batch capacity's
+    ``exc``, or a capacity of 0 when None) leaves the workload's batch to its memory plan
+    rather than refusing it: the one rule of `Compiler.batch_capacity` and
+    `resolve_batch_slots`. An explicit ``serving.batch_slots`` on hardware with DDR (not a
+    GPU) under ``memory.weights`` ``hot_set`` or ``streamed``: weights live in DDR there, and
+    the plan shrinks the hot set its slots leave no room for (`plan_memory`), so there is no
+    cliff where a slot stops fitting beside it. Never under ``hbm``, which keeps every weight
+    in HBM (slots that leave them no room are refused by the capacity or the plan, as weights
+    that alone outgrow HBM are: `WeightsCapacityError`), nor a kernel the hardware cannot
+    hold (`HardwareCapacityError`). ``auto`` runs the capacity, so none is no batch."""
+    if isinstance(exc, HardwareCapacityError):
+        return False
+    return (
+        scenario.workload.serving.batch_slots != "auto"
+        and scenario.workload.memory.weights != "hbm"
+        and tier_capacities(scenario)["ddr"] > 0
+    )
 
 
 def plan_memory(
@@ -766,7 +777,7 @@ def plan_memory(
     capacities = tier_capacities(scenario)
     hbm_cap, ddr_cap = capacities["hbm"], capacities["ddr"]
     if weights_outgrow_hbm(scenario, stage, facts):  # no plan of any slots: the capacity's
-        batch_capacity(scenario, stage=stage, system=system, runnable=False, facts=facts)
+        raise none_fit_error(scenario, stage, facts)
     act = activation_bytes(scenario, batch_slots, stage)
     pool: PagedKV | None = None
     if scenario.stack.dynamic_batch:  # the pool the room holds, whatever the batch
@@ -784,7 +795,13 @@ def plan_memory(
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
             w.bytes for w in facts.inventory(stage)
         )
-        where = "which a GPU keeps in HBM too" if gpu else "which may spill to DDR"
+        where = (
+            "which a GPU keeps in HBM too"
+            if gpu
+            else "which memory.weights hbm keeps in HBM too"
+            if scenario.workload.memory.weights == "hbm"
+            else "which may spill to DDR"
+        )
         raise SlotsCapacityError.of(
             f"the KV cache of {human.count(batch_slots, 'slot')} ({human.size(kv, 4)}: "
             f"{slot_words(scenario)}) and activations ({human.size(act, 4)}), which must be "
@@ -820,6 +837,9 @@ def plan_memory(
         in_hbm += weight.bytes
     room = min(room, in_hbm + pinned_limit(scenario))  # the target's weights HBM may pin
     inventory = weight_inventory(scenario, batch_slots, kernels, stage)
+    if scenario.workload.memory.weights == "hbm" and not gpu:  # (a GPU's: no DDR, below)
+        left = room - in_hbm  # beside the slots and a shared draft's weights
+        _keep_weights_in_hbm(scenario, inventory, (batch_slots, kv, act), left, stage, system)
     for weight in sorted(inventory, key=lambda w: -w.need):  # stable: ties keep model order
         here = min(weight.bytes, room - in_hbm)
         if here > 0:
@@ -875,8 +895,48 @@ def plan_memory(
     )
 
 
+def _keep_weights_in_hbm(
+    scenario: Scenario,
+    inventory: Sequence[WeightTensor],
+    slots: tuple[int, int, int],
+    room: int,
+    stage: PipelineStage | None,
+    system: SystemConfig | None,
+) -> None:
+    """Refuse a plan of ``slots`` (batch slots, their KV cache and activations bytes) that
+    leaves the target's weights (``inventory``) less than they need of HBM (``room``)
+    under ``memory.weights: hbm``, which keeps every weight there (`SlotsCapacityError`, at
+    the slots: fewer of them, or ``hot_set``, which reads the least-read weights from DDR,
+    are ways out). Weights that alone outgrow HBM are refused before (`none_fit_error`)."""
+    total = sum(w.bytes for w in inventory)
+    if total <= room:
+        return
+    batch_slots, kv, act = slots
+    hbm = tier_capacities(scenario)["hbm"]
+    taken = (
+        f"the KV cache of {human.count(batch_slots, 'slot')} ({human.size(kv, 4)}: "
+        f"{slot_words(scenario)})"
+        + (", activations" if draft_weights(scenario) else " and activations")
+        + f" ({human.size(act, 4)})"
+        + (" and the draft's weights" if draft_weights(scenario) else "")
+    )
+    hints = [
+        *_fewer_slots_hint(scenario, batch_slots, stage, system),
+        *shrink_hints(scenario, kv=True, weights=True, slots=batch_slots),
+    ]
+    raise SlotsCapacityError.of(
+        f"{taken} leave {human.size(max(0, room), 4)} of the "
+        f"{human.size(hbm, 4)} HBM per {device_noun(scenario.hardware)} for "
+        f"{scenario.model.name} weights that need {human.size(total, 4)} "
+        f"({layout_words(scenario)}, {scenario.weight_dtype}), {human.size(total - room, 4)} "
+        "short, and memory.weights hbm keeps every weight in HBM",
+        hints,
+        slot_tokens(scenario),
+    )
+
+
 def _replicas(
-    facts: PlanFacts, inventory: list[WeightTensor], stage: PipelineStage | None
+    facts: PlanFacts, inventory: Sequence[WeightTensor], stage: PipelineStage | None
 ) -> tuple[tuple[str, ...], int]:
     """The weights of ``inventory`` held whole on every socket beyond the slices the layout
     gives them (MLA's query and value weights, when the plan holds them whole:
@@ -1048,14 +1108,12 @@ def _beyond_words(scenario: Scenario, holds: int, slots: int) -> str:
         )
     beyond = f"; the KV cache of the {human.count(slots - holds, 'slot')} beyond them takes"
     spills = "HBM the weights would have had, which the steps read from DDR instead"
+    # weights pushed to DDR: not a GPU's (no DDR), nor under hbm (every weight in HBM)
+    keeps = scenario.hardware.kind == "gpu" or scenario.workload.memory.weights == "hbm"
     if not scenario.stack.kv_share_words():
-        return f"{beyond} {spills}" if scenario.hardware.kind != "gpu" else ""
+        return "" if keeps else f"{beyond} {spills}"
     outside = "HBM outside that share"
-    return (
-        f"{beyond} {outside}"
-        if scenario.hardware.kind == "gpu"
-        else f"{beyond} {outside} or {spills}"
-    )
+    return f"{beyond} {outside}" if keeps else f"{beyond} {outside} or {spills}"
 
 
 def _unrunnable_words(scenario: Scenario, slots: int) -> str:
@@ -1184,90 +1242,100 @@ def batch_capacity(
     pipeline ``stage``'s sockets: its layers'), within the room the serving stack gives its KV
     cache (``StackConfig.kv_room``), and of those the most the stack runs (at most its
     ``max_batch_slots``, a batch it has a program for: ``batch_programs``; ``runnable=False``:
-    what memory holds, the most an explicit ``serving.batch_slots`` can run without spilling:
-    a plan holds MLA's query weights whole only beside its slots, `whole_queries`, so beside
-    the slices). Under the MLA sequence_split layout the runnable batch is the most beside
-    the whole weights when its decode step replicates the queries (`_whole_queries_batch`).
+    what memory holds, the most an explicit ``serving.batch_slots`` runs with all the weights
+    HBM pins: a plan holds MLA's query weights whole only beside its slots, `whole_queries`,
+    so beside the slices). Under the MLA sequence_split layout the runnable batch is the most
+    beside the whole weights when its decode step replicates the queries
+    (`_whole_queries_batch`).
 
     `strict` raises CapacityError when not even one slot fits (with the ways out;
     `WeightsCapacityError` when the weights alone outgrow HBM under ``memory.weights:
     hbm``); otherwise 0 is returned. ``facts``: the scenario's, when its caller keeps them.
     """
     facts = PlanFacts(scenario) if facts is None else facts
-    hbm = scenario.hardware.hbm.capacity
-    total = sum(w.bytes for w in facts.inventory(stage))
-    target = min(total, pinned_limit(scenario))
-    weights = _pinned(scenario, total)
+    weights = _pinned(scenario, sum(w.bytes for w in facts.inventory(stage)))
 
     def fits(slots: int) -> bool:
         return _fits(scenario, slots, weights, stage)
 
     if not fits(1):
         if strict:
-            device = device_noun(scenario.hardware)
-            more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
-            # weights HBM must keep whole that fill it: only what shrinks them helps
-            alone = weights_outgrow_hbm(scenario, stage, facts)
-            page = scenario.stack.kv_page_tokens
-            # a page longer than any sequence: every request reserves it whole, so it sets
-            # the smallest reservation, not the context
-            oversized = sequence_kv_set_by(scenario) == "page"
-            hints = [
-                *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
-                f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
-            ]
-            # at the first of the fields it names that an override set, else at what sizes
-            # a sequence's KV cache (an oversized page, or the slot), or the model when its
-            # weights alone do not fit; its "(from --set)" note names that override and
-            # every other that sizes what does not fit (all but the HBM's own)
-            involved = (
-                more_hbm,
-                *(() if alone or page is None else ("stack.kv_page_tokens",)),
-                *(() if alone else ("serving.max_context", "kv.policy")),
-                "memory.weights",
-                "dtypes.weights",
-                *LAYOUT_FIELDS,
-                "hardware",
-                "model",
-            )
-            field = next(
-                (
-                    f
-                    for f in involved
-                    if override_for(f, scenario.overrides) is not None
-                    and (f != "stack.kv_page_tokens" or _page_overridden(scenario))
-                ),
-                "model"
-                if alone
-                else "stack.kv_page_tokens"
-                if oversized
-                else "serving.max_context",
-            )
-            weights_words = (
-                f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
-                f"({layout_words(scenario)}, {scenario.weight_dtype}), "
-                f"{_weights_placed(scenario, total, target)}"
-            )
-            problem = (
-                f"the weights alone do not fit, so not one sequence does: {weights_words} "
-                f"(its {human.size(hbm, 4)} of HBM per {device})"
-                if alone
-                else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
-                f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
-                f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
-                f"and a step's activations "
-                f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
-                f"{max_prompt_tokens(scenario):,}-token prompt)"
-            )
-            sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
-            kind = WeightsCapacityError if alone else CapacityError
-            raise kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
+            raise none_fit_error(scenario, stage, facts)
         return 0
     if not runnable:  # a plan holds the whole query weights only beside its slots: slices
         return most_slots(fits)
     return _whole_queries_batch(facts, stage, system) or scenario.stack.runnable_batch(
         most_slots(fits)
     )
+
+
+def none_fit_error(
+    scenario: Scenario, stage: PipelineStage | None = None, facts: PlanFacts | None = None
+) -> CapacityError:
+    """Why not one slot fits in HBM beside the weights it pins (on a pipeline ``stage``'s
+    sockets), with the ways out: `WeightsCapacityError` when the weights alone outgrow HBM
+    under ``memory.weights: hbm`` (`weights_outgrow_hbm`), else a CapacityError at the
+    field that sizes what does not fit. ``facts``: the scenario's, when its caller keeps
+    them."""
+    facts = PlanFacts(scenario) if facts is None else facts
+    hbm = scenario.hardware.hbm.capacity
+    total = sum(w.bytes for w in facts.inventory(stage))
+    target = min(total, pinned_limit(scenario))
+    weights = _pinned(scenario, total)
+    device = device_noun(scenario.hardware)
+    more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+    # weights HBM must keep whole that fill it: only what shrinks them helps
+    alone = weights_outgrow_hbm(scenario, stage, facts)
+    page = scenario.stack.kv_page_tokens
+    # a page longer than any sequence: every request reserves it whole, so it sets
+    # the smallest reservation, not the context
+    oversized = sequence_kv_set_by(scenario) == "page"
+    hints = [
+        *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
+        f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
+    ]
+    # at the first of the fields it names that an override set, else at what sizes
+    # a sequence's KV cache (an oversized page, or the slot), or the model when its
+    # weights alone do not fit; its "(from --set)" note names that override and
+    # every other that sizes what does not fit (all but the HBM's own)
+    involved = (
+        more_hbm,
+        *(() if alone or page is None else ("stack.kv_page_tokens",)),
+        *(() if alone else ("serving.max_context", "kv.policy")),
+        "memory.weights",
+        "dtypes.weights",
+        *LAYOUT_FIELDS,
+        "hardware",
+        "model",
+    )
+    field = next(
+        (
+            f
+            for f in involved
+            if override_for(f, scenario.overrides) is not None
+            and (f != "stack.kv_page_tokens" or _page_overridden(scenario))
+        ),
+        "model" if alone else "stack.kv_page_tokens" if oversized else "serving.max_context",
+    )
+    weights_words = (
+        f"{scenario.model.name} weights need {human.size(total, 4)} per {device} "
+        f"({layout_words(scenario)}, {scenario.weight_dtype}), "
+        f"{_weights_placed(scenario, total, target)}"
+    )
+    problem = (
+        f"the weights alone do not fit, so not one sequence does: {weights_words} "
+        f"(its {human.size(hbm, 4)} of HBM per {device})"
+        if alone
+        else f"cannot fit even one sequence ({slot_words(scenario)}): {weights_words}, "
+        f"which leaves {human.size(max(0, hbm - weights), 4)} of the "
+        f"{human.size(hbm, 4)} HBM per {device}, and {_one_sequence_kv(scenario, stage)} "
+        f"and a step's activations "
+        f"{human.size(activation_bytes(scenario, 1, stage), 4)} (the prefill of a "
+        f"{max_prompt_tokens(scenario):,}-token prompt)"
+    )
+    sizes = (field, *(f for f in involved if f not in (more_hbm, "hardware")))
+    kind = WeightsCapacityError if alone else CapacityError
+    return kind(scenario.at_field(field, f"{problem}; {_join(hints)}", sizes))
 
 
 def _page_overridden(scenario: Scenario) -> bool:
@@ -1379,8 +1447,8 @@ def weights_spilled(scenario: Scenario, placement: Placement) -> tuple[int, int]
 def weights_placement(scenario: Scenario, placement: Placement) -> str:
     """Where the weights are, in the workload's terms: ``memory.weights`` (``hbm``,
     ``hot_set``, ``streamed``), ``_spilled`` added when batch slots pushed some of the
-    weights it pins to DDR (``weights_spilled``): a run at ``hbm`` that reads weights from
-    DDR every step is not served from HBM."""
+    weights it pins to DDR (``weights_spilled``): a ``hot_set`` smaller than the setting pins
+    (``hbm`` never spills: `plan_memory` refuses such slots)."""
     held, wanted = weights_spilled(scenario, placement)
     setting: str = scenario.workload.memory.weights
     return f"{setting}_spilled" if held < wanted else setting
@@ -1392,12 +1460,13 @@ class WeightsSpilledWarning(RduSimWarning):
 
 
 def placement_warnings(
-    scenario: Scenario, placement: Placement, batch: str | None = None
+    scenario: Scenario, placement: Placement, option: str | None = None
 ) -> list[str]:
     """What a reader of a run must be told about where the weights ended up: batch slots
     that push weights out of the HBM share ``memory.weights`` gives them (the steps then
-    read those weights from DDR). ``batch``: what set the plan's slots when not
-    ``serving.batch_slots`` (a step's ``--batch`` beyond them)."""
+    read those weights from DDR). ``option``: the name of what set the plan's slots when
+    not ``serving.batch_slots`` (``api.step``'s ``batch`` beyond them), its value the
+    plan's slots."""
     held, wanted = weights_spilled(scenario, placement)
     if held >= wanted:
         return []
@@ -1411,8 +1480,8 @@ def placement_warnings(
     slots = placement.batch_slots
     given, remedy = (
         (f"serving.batch_slots {slots}", "lower serving.batch_slots or set it to auto")
-        if batch is None
-        else (batch, f"a smaller {batch.split()[0]}")
+        if option is None
+        else (f"{option} {slots}", f"a smaller {option}")
     )
     return [
         f"{given} leaves HBM room for "
@@ -1429,15 +1498,8 @@ def weights_read_from_ddr(scenario: Scenario, placement: Placement) -> float:
     embedding table only its tokens' rows, the routed experts those touched) times the share
     of it in DDR (``hbm_fractions``), the rule the compiled step's reads follow
     (``compile._hbm_share``), so the warning says what ``compare`` and ``step`` report."""
-    stage = (
-        None
-        if placement.pipeline_stage < 0
-        else pipeline_stages(
-            scenario.model,
-            scenario.workload.parallelism.pp,
-            scenario.workload.parallelism.stage_layers,
-        )[placement.pipeline_stage]
-    )
+    index = placement.pipeline_stage
+    stage = None if index < 0 else scenario_stages(scenario)[index]
     fractions = hbm_fractions(placement)
     inventory = weight_inventory(scenario, placement.batch_slots, stage=stage)
     return sum(w.reads * (1.0 - fractions.get(w.key, 1.0)) for w in inventory)

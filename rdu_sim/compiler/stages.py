@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from rdu_sim.graph import GraphGroup
 from rdu_sim.graph.snapkv import selection_kernel
@@ -26,6 +27,9 @@ from rdu_sim.models.layers import (
     layer_segments,
     stage_layers_problem,
 )
+
+if TYPE_CHECKING:
+    from rdu_sim.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -62,16 +66,16 @@ def pipeline_stages(
 ) -> tuple[PipelineStage, ...]:
     """The ``pp`` stages of ``arch``'s layers (module docstring); one stage holds them all.
     ``stage_layers`` (``parallelism.stage_layers``) gives each stage's layers instead, as
-    serving engines let a deployment do; the scenario has checked it
-    (``models.layers.stage_layers_problem``), and here a bad split is an error.
+    serving engines let a deployment do; the config has checked that it gives each of the
+    ``pp`` stages a layer or more (``ParallelismConfig``: asserted here) and the scenario
+    that it splits the model (``models.layers.stage_layers_problem``: here an error).
 
     Every stage holds at least one body: a cut that would meet the one before it (or leave
     too few bodies for the stages after it) moves to the nearest body that keeps them all
     non-empty. ``pp`` above the bodies (``body_starts``) has no such cut: the scenario
     refuses it (``scenario._layout_problem``), and here it is an error."""
     if stage_layers is not None:
-        if len(stage_layers) != pp or any(n < 1 for n in stage_layers):
-            raise ValueError(f"stage_layers {list(stage_layers)} is not {pp} stages' layers")
+        assert len(stage_layers) == pp and min(stage_layers) >= 1, (stage_layers, pp)
         problem = stage_layers_problem(arch, stage_layers)
         if problem is not None:
             raise ValueError(problem)
@@ -90,6 +94,13 @@ def pipeline_stages(
     stages = tuple(PipelineStage(s, pp, bounds[s], bounds[s + 1]) for s in range(pp))
     assert all(stage.layers > 0 for stage in stages), stages
     return stages
+
+
+def scenario_stages(scenario: Scenario) -> tuple[PipelineStage, ...]:
+    """The pipeline stages of ``scenario``'s model under its ``parallelism`` (``pp`` and
+    ``stage_layers``): the one call every room makes (one stage when ``pp`` is 1)."""
+    parallelism = scenario.workload.parallelism
+    return pipeline_stages(scenario.model, parallelism.pp, parallelism.stage_layers)
 
 
 def stage_groups(

@@ -30,7 +30,7 @@ from typing import Any
 
 from rdu_sim.compiler.fusion import step_groups
 from rdu_sim.compiler.program import Program
-from rdu_sim.compiler.stages import PipelineStage, pipeline_stages
+from rdu_sim.compiler.stages import PipelineStage, scenario_stages
 from rdu_sim.config.architecture import LlamaArchitecture
 from rdu_sim.graph import expected_distinct_experts, experts_loaded, totals
 from rdu_sim.scenario import Scenario
@@ -46,8 +46,7 @@ def _parts(
     pipeline's stage ``stage`` once per micro-batch, each micro-batch of a two-batch overlap,
     else the step's own shape."""
     if program.pipeline:
-        p = scenario.workload.parallelism
-        held = pipeline_stages(scenario.model, p.pp, p.stage_layers)[stage]
+        held = scenario_stages(scenario)[stage]
         return [(program.pipeline[stage].shape, held)] * program.pipeline_micro_batches
     return [(micro.shape, None) for micro in program.micro_batches] or [(program.shape, None)]
 

@@ -337,9 +337,10 @@ class MemoryConfig(StrictModel):
     weights: WeightsPlacement = Field(
         default="hbm",
         description="'hbm': every weight lives in HBM and the batch slots fit beside them "
-        "(slots set above that push the least-read weights to DDR, with a warning); "
+        "(slots that leave the weights no room are refused, explicit or auto); "
         "'hot_set': the weights live in DDR and HBM pins the most-read ones (up to "
-        "hot_set_fraction of HBM), the rest read from DDR every step; 'streamed': every "
+        "hot_set_fraction of HBM; explicit slots that leave no room for it pin fewer, with a "
+        "warning), the rest read from DDR every step; 'streamed': every "
         "weight is read from DDR every step, HBM holds only the KV cache and activations",
     )
     hot_set_fraction: float = Field(

@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from rdu_sim.compiler.program import Placement, Program
-from rdu_sim.compiler.stages import pipeline_stages
+from rdu_sim.compiler.stages import scenario_stages
 from rdu_sim.compiler.step_work import (
     ExpertStreams,
     expert_streams,
@@ -72,9 +72,7 @@ class StepReport:
         binding = 0 if pipeline is None else int(pipeline["binding_stage"])
         own = model_flops(scenario, program, binding)
         if pipeline is not None:
-            p = scenario.workload.parallelism
-            held = pipeline_stages(scenario.model, p.pp, p.stage_layers)
-            pipeline["stage_layers"] = [stage.layers for stage in held]
+            pipeline["stage_layers"] = [stage.layers for stage in scenario_stages(scenario)]
         data["model_flops"] = own
         data["model_flops_fraction"] = model_flops_fraction(
             own, program.tp, timing.flops, timing.flops_fraction

@@ -40,8 +40,8 @@ Definitions (docs/serving.md repeats them for users):
   rest; a dynamic batch runs fewer rows).
 - ``memory``: per tier, one socket's view (TP is symmetric: every socket holds the same);
   ``weights_placement``: the workload's ``memory.weights`` (which tier holds the weights),
-  ``_spilled`` added when batch slots pushed some of the weights it pins to DDR (``hbm``
-  reading 8 GiB from DDR every step says ``hbm_spilled``), or ``coe`` (experts in DDR, the
+  ``_spilled`` added when batch slots pushed some of the weights it pins to DDR
+  (``hot_set_spilled``; ``hbm`` refuses such slots), or ``coe`` (experts in DDR, the
   active ones cached in HBM);
   ``warnings``: what the reader must know, e.g. batch slots that pushed weights out of HBM.
 - ``decode_step``: the decode step the run ran most often: its batch, context and simulated

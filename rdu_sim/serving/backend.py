@@ -13,12 +13,11 @@ from typing import Any, Protocol
 
 from rdu_sim import human
 from rdu_sim.compiler import CapacityError, Compiler
-from rdu_sim.compiler.errors import WeightsCapacityError
 from rdu_sim.compiler.placement import (
     WeightsSpilledWarning,
     placement_warnings,
     slot_words,
-    slots_spill_weights,
+    spill_absorbs,
 )
 from rdu_sim.compiler.program import Placement, Program
 from rdu_sim.des.collector import collector_paused
@@ -36,7 +35,8 @@ class Backend(Protocol):
     """Where capacity, memory plans and step times come from (the compiler and engine)."""
 
     def batch_capacity(self, scenario: Scenario) -> int:
-        """Largest batch whose memory plan fits (0 or CapacityError when none does)."""
+        """Largest batch whose memory plan fits; when none does, 0 or a CapacityError, and
+        0 where ``compiler.placement.spill_absorbs`` leaves the batch to its memory plan."""
         ...
 
     def memory_capacity(self, scenario: Scenario) -> int:
@@ -122,22 +122,11 @@ def _step_s(engine: StepEngine, program: Program) -> float:
 
 def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:
     """(batch capacity, batch slots to run): ``serving.batch_slots``, or the capacity for
-    ``auto``; CapacityError when not one sequence fits. An explicit ``serving.batch_slots``
-    runs whatever the capacity beside all the weights (0 when not one slot fits there): its
-    memory plan pushes the least-read weights to DDR, and refuses only what does not fit even
-    so (``compiler.placement.plan_memory``, docs/memory.md); on hardware with DDR to spill to
-    (not a GPU). Weights that alone outgrow HBM under ``memory.weights: hbm`` are refused
-    all the same (``WeightsCapacityError``)."""
-    if slots_spill_weights(scenario):
-        try:
-            capacity = backend.batch_capacity(scenario)
-        except WeightsCapacityError:  # the weights alone outgrow HBM: no batch runs
-            raise
-        except CapacityError:  # not one slot beside all the weights: the plan spills them
-            capacity = 0
-        return capacity, scenario.workload.serving.slots_for(lambda: capacity)
+    ``auto``; CapacityError when not one sequence fits, unless the workload's explicit slots
+    leave that to their memory plan (``compiler.placement.spill_absorbs``, the rule the
+    compiler's capacity follows: it answers 0 there, and raises every other refusal)."""
     capacity = backend.batch_capacity(scenario)
-    if capacity < 1:
+    if capacity < 1 and not spill_absorbs(scenario):
         raise CapacityError(
             f"{scenario.workload_file}: not even one sequence ({slot_words(scenario)}) fits "
             "beside the weights "
@@ -193,7 +182,11 @@ def over_pool_words(
     the KV policy keeps) cannot run on a paged stack: it needs more of the KV pool (as
     planned at that batch) than the pool holds, in one sentence; None when it fits or the
     stack is not paged. One rule for ``rdu-sim step``'s warning (:func:`warn_over_pool`)
-    and ``compare``'s refusal of a ``--batch`` its memory does not hold."""
+    and ``compare``'s refusal of a ``--batch`` its memory does not hold. (Only a paged
+    stack plans for ``batch`` here: a static stack's step runs on the plan of its slots,
+    ``Compiler.plan_slots``, which says what does not fit.)"""
+    if not scenario.stack.dynamic_batch:
+        return None
     pool = backend.plan_memory(scenario, batch).kv_pool
     if pool is None:
         return None
@@ -213,15 +206,15 @@ def over_pool_words(
 
 def warn_spilled(scenario: Scenario, backend: Backend, shape: StepShape) -> None:
     """Warn, in a run's words (``WeightsSpilledWarning``), when the memory plan a step runs
-    on (its workload's slots, or a larger ``--batch``: ``Compiler.plan_slots``) pushes
+    on (its workload's slots, or a larger ``batch``: ``Compiler.plan_slots``) pushes
     weights out of the HBM share ``memory.weights`` gives them. The engine's backend only
     (another has no compiler to ask which plan)."""
     if not isinstance(backend, EngineBackend):
         return
     compiler = backend.compiler(scenario)
     slots = compiler.plan_slots(shape)
-    given = None if slots == compiler.batch_slots() else f"--batch {slots:,}"
-    for words in placement_warnings(scenario, compiler.placement(slots), given):
+    option = None if slots == compiler.batch_slots() else "batch"
+    for words in placement_warnings(scenario, compiler.placement(slots), option):
         warn(WeightsSpilledWarning(f"{scenario.workload_file}: {words}"))
 
 
