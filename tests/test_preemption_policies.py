@@ -335,3 +335,28 @@ def test_a_plugins_source_is_in_the_sweep_key(
         assert "plugins" not in resolved_config(api.load(LLAMA, {}))
     finally:
         sys.modules.pop("keyed", None)
+
+
+def test_a_cluster_pool_preempts_by_its_policy(tmp_path: Path) -> None:
+    """A replica reads ``serving.preemption`` from its pool's set: the shipped Mooncake trace
+    on one vLLM replica whose pool binds preempts 11 times by arrival, 10 by tokens
+    generated, serving the same requests."""
+    from rdu_sim.api_cluster import run_cluster
+
+    served, preempted = {}, {}
+    for name in ("latest_arrival", "fewest_generated"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            f"name: gpu\npools:\n  serve:\n    workload: {LLAMA}\n    replicas: 1\n"
+            "    set: {hardware: dgx-h100, stack: vllm-2024, stack.kv_allocation: on_demand, "
+            "stack.memory_utilization: 0.226, stack.prefill_batch_tokens: null, "
+            f"serving.preemption: {name}}}\nrouter: {{policy: least_outstanding}}\n"
+            f"traffic: {{trace: {ROOT / 'workloads' / 'traces' / 'mooncake-300.jsonl'}, "
+            "format: mooncake}\nslo: {ttft: 1 s, tpot: 40 ms, attainment: 0.9}\n"
+            "prefix_cache: {block_tokens: 512}\n"
+        )
+        run = run_cluster(path)
+        served[name] = run.requests()["status"].tolist()
+        preempted[name] = run.to_dict()["pools"]["serve"]["kv_pool"]["preemptions"]
+    assert preempted == {"latest_arrival": 11, "fewest_generated": 10}
+    assert served["latest_arrival"] == served["fewest_generated"]
