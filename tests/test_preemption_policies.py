@@ -178,6 +178,10 @@ def test_the_default_is_the_old_rule_and_names_are_registered_once() -> None:
         register("latest_arrival", PreemptionPolicy)
     with pytest.raises(ValueError, match=f"valid: {', '.join(preemption_names())}"):
         make_preemption("nope")
+    from rdu_sim.cli.schema_cmd import json_schema
+
+    serving = json_schema("workload")["$defs"]["ServingConfig"]["properties"]
+    assert serving["preemption"]["enum"] == preemption_names()
 
 
 def test_an_unknown_name_is_refused_where_it_is_written(tmp_path: Path) -> None:
