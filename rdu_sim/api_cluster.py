@@ -313,6 +313,7 @@ def resolve_pools(cluster: ClusterScenario, backend: Backend | None = None) -> l
                 scenario.stack.decode_rows,
                 # a paged pool's admissions (a decode replica's hand-off reserves them too)
                 kv_pool=placement.kv_pool,
+                preemption=serving.preemption,
             ),
             policy=scenario.kv_policy,
             step_times=times,

@@ -101,8 +101,8 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     """Everything a simulation depends on, as plain data: the workload after overrides, with
     its ``hardware`` and ``stack`` paths and its models (``model``, a draft, a CoE's router:
     a preset name, a config.json or a mapping) replaced by the hardware, serving stack and
-    architectures themselves; a trace file by the sha256 of its content; a batching policy
-    or a KV policy from a plugin by its code (``plugins``: :func:`outside_code`). Sweep keys
+    architectures themselves; a trace file by the sha256 of its content; a batching, KV
+    or preemption policy from a plugin by its code (``plugins``: :func:`outside_code`). Sweep keys
     hash it (``rdu_sim.sweep.key``), outputs record it."""
     workload = scenario.workload.model_dump(mode="json")
     workload["hardware"] = None
@@ -131,8 +131,12 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
     trace = scenario.workload.serving.trace
     if trace is not None:
         config["trace_sha256"] = file_digest(shipped.trace_path(scenario.base_dir, trace))
+    serving = scenario.workload.serving
     code = outside_code(
-        scenario.workload.serving.prefill_priority, None, kv_policy=scenario.workload.kv.policy
+        serving.prefill_priority,
+        None,
+        kv_policy=scenario.workload.kv.policy,
+        preemption=serving.preemption,
     )
     if code:  # (none for rdu-sim's own policies: their rows keep their keys)
         config["plugins"] = code
@@ -140,14 +144,18 @@ def resolved_config(scenario: Scenario) -> dict[str, Any]:
 
 
 def outside_code(
-    batching: str | None, router: str | None, *, kv_policy: str | None = None
+    batching: str | None,
+    router: str | None,
+    *,
+    kv_policy: str | None = None,
+    preemption: str | None = None,
 ) -> dict[str, Any]:
     """The code from outside rdu-sim (``rdu_sim.plugins.code_of``: its qualified name,
-    package and source sha256) behind a batching policy, a router and a KV policy named in
-    a config, by the field that names it; empty when rdu-sim's own run (or a name no
-    registry holds, which the run refuses itself). A sweep's point key hashes it with the
-    config, so a plugin whose source changed is simulated again, never answered from a
-    stored row."""
+    package and source sha256) behind a batching policy, a router, a KV policy and a
+    preemption policy named in a config, by the field that names it; empty when rdu-sim's
+    own run (or a name no registry holds, which the run refuses itself). A sweep's point
+    key hashes it with the config, so a plugin whose source changed is simulated again,
+    never answered from a stored row."""
     found: dict[str, Any] = {}
     if batching is not None:
         from rdu_sim.serving.batching.base import batching_class  # (no numpy)
@@ -170,6 +178,13 @@ def outside_code(
         code = None if kv_class is None else plugins.code_of(kv_class)
         if code is not None:
             found["kv.policy"] = code
+    if preemption is not None:
+        from rdu_sim.serving.preemption.base import preemption_class  # (no numpy)
+
+        victims = preemption_class(preemption)
+        code = None if victims is None else plugins.code_of(victims)
+        if code is not None:
+            found["serving.preemption"] = code
     return found
 
 

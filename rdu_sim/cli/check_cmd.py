@@ -134,12 +134,12 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
     file = str(path)
     kind = file_kind(data)
     if kind == "workload":
-        from rdu_sim.serving.batching import check_batching  # (no numpy: the registry only)
+        from rdu_sim.serving.named_policies import check_named, field_line  # (no numpy)
 
         scenario = build_scenario(data, workload_file=file, lines=lines)
         workload = scenario.workload
         serving = workload.serving
-        check_batching(serving.prefill_priority, file, lines.get(("serving", "prefill_priority")))
+        check_named(serving, file, field_line(lines.get))
         trace = None
         if serving.trace is not None:  # every row, checked as a run checks those it reads
             from rdu_sim.serving.requests import trace_experts

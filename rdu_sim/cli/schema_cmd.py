@@ -22,6 +22,7 @@ from rdu_sim.config.stack import StackConfig
 from rdu_sim.config.workload import WorkloadConfig
 from rdu_sim.kv import policy_names
 from rdu_sim.serving.batching import batching_names
+from rdu_sim.serving.preemption import preemption_names
 from rdu_sim.sweep.spec import SweepSpec
 
 # A hardware file is one of its kinds (SN40L sockets, or `kind: gpu`): a union's adapter.
@@ -39,8 +40,9 @@ def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a `kind` file, as the YAML may be written.
 
     A workload's `kv.policy` and a plan's `search.kv_policy` list the names registered in
-    `rdu_sim.kv`, `serving.prefill_priority` those of `rdu_sim.serving.batching`, a cluster's
-    `router.policy` those of `rdu_sim.cluster.routers` (the config models cannot import the
+    `rdu_sim.kv`, `serving.prefill_priority` those of `rdu_sim.serving.batching`,
+    `serving.preemption` those of `rdu_sim.serving.preemption`, a cluster's `router.policy`
+    those of `rdu_sim.cluster.routers` (the config models cannot import the
     registries, which sit above them).
     """
     schema = SCHEMAS[kind].json_schema(mode="validation")
@@ -48,7 +50,9 @@ def json_schema(kind: str) -> dict[str, Any]:
     if "KVConfig" in defs:
         defs["KVConfig"]["properties"]["policy"]["enum"] = policy_names()
     if "ServingConfig" in defs:
-        defs["ServingConfig"]["properties"]["prefill_priority"]["enum"] = batching_names()
+        serving = defs["ServingConfig"]["properties"]
+        serving["prefill_priority"]["enum"] = batching_names()
+        serving["preemption"]["enum"] = preemption_names()
     if "RouterConfig" in defs:
         defs["RouterConfig"]["properties"]["policy"]["enum"] = router_names()
     if "PlanSearch" in defs:

@@ -37,7 +37,7 @@ from rdu_sim.config.overrides import (
     set_path,
 )
 from rdu_sim.scenario import Scenario, load_scenario
-from rdu_sim.serving.batching import check_batching
+from rdu_sim.serving.named_policies import check_named, field_line
 from rdu_sim.serving.traces.published import detect
 
 HASHED_FORMATS = ("mooncake",)
@@ -145,7 +145,7 @@ def _pool(
     except ConfigError as exc:
         context = _error(file, lines, f"pools.{name}", f"pool {name!r}: workload is not valid:")
         raise ConfigError([*context.issues, *exc.issues]) from None
-    _check_batching(file, lines, name, pool.set, scenario)
+    _check_policies(file, lines, name, pool.set, scenario)
     if scenario.workload.speculation is not None:
         raise _error(
             file,
@@ -168,22 +168,21 @@ def _pool(
     return PoolScenario(name, pool.role, pool.replicas, replace(scenario, role=pool.role))
 
 
-def _check_batching(
+def _check_policies(
     file: str, lines: LineMap, name: str, overrides: Mapping[str, Any], scenario: Scenario
 ) -> None:
-    """A pool's batching policy is a registered one (the registry is serving's, which the
-    scenario below it cannot read): a name from the pool's ``set`` is this file's error at
-    that field, one written in the workload its file's, under the pool's."""
+    """A pool's batching and preemption policies are registered ones (the registries are
+    serving's, which the scenario below it cannot read): a name from the pool's ``set`` is
+    this file's error at that field, one written in the workload its file's, under the
+    pool's."""
     try:
-        check_batching(
-            scenario.workload.serving.prefill_priority,
-            scenario.workload_file,
-            scenario.lines.get(("serving", "prefill_priority")),
+        check_named(
+            scenario.workload.serving, scenario.workload_file, field_line(scenario.lines.get)
         )
     except ConfigError as exc:
-        field = "serving.prefill_priority"
+        (issue,) = exc.issues
+        field = issue.field
         if field in overrides:
-            (issue,) = exc.issues
             at = ("pools", name, "set")
             line = lines.get((*at, field), lines.get(at))  # a dotted key is one key
             raise ConfigError.single(

@@ -160,6 +160,22 @@ LengthDistribution = Annotated[
 ]
 
 
+def _policy_name(value: Any) -> Any:
+    """A policy is named, never configured: a mapping or a list (``{name: aging_spf, rate:
+    100}``) is refused saying how a variant is made instead."""
+    if isinstance(value, dict | list):
+        raise ValueError(
+            "expected a policy's registered name (a string); policies take no parameters: a "
+            "variant (aging_spf at another rate, say) is a subclass registered under a name of "
+            'its own, from a plugin (docs/architecture.md, "Where to add a batching policy")'
+        )
+    return value
+
+
+PolicyName = Annotated[str, BeforeValidator(_policy_name, json_schema_input_type=str)]
+"""A registered policy's name (``serving.prefill_priority``, ``serving.preemption``)."""
+
+
 ArrivalProcess = Literal["poisson", "closed_loop", "all_at_once"]
 
 ARRIVAL_READS: dict[str, tuple[str, ...]] = {
@@ -231,7 +247,7 @@ class ServingConfig(StrictModel):
     seed: int = Field(
         default=0, ge=0, le=2**63 - 1, description="seed of the request lengths and arrivals"
     )
-    prefill_priority: str = Field(
+    prefill_priority: PolicyName = Field(
         default="prefill_first",
         min_length=1,
         max_length=100,
@@ -239,6 +255,15 @@ class ServingConfig(StrictModel):
         "rdu_sim.serving.batching is the one list of valid names, a plugin's included: "
         "rdu_sim.plugins; an unknown name is refused listing them; docs/serving.md describes "
         "the shipped ones)",
+    )
+    preemption: PolicyName = Field(
+        default="latest_arrival",
+        min_length=1,
+        max_length=100,
+        description="which running request a decode step short of KV pages preempts, where "
+        "the stack gives pages on demand (stack.kv_allocation: on_demand), by registered name "
+        "(the registry in rdu_sim.serving.preemption, a plugin's included: rdu_sim.plugins; "
+        "docs/serving.md describes the shipped ones)",
     )
     prefill_chunk_tokens: int | None = Field(
         default=None,

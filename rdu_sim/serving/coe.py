@@ -389,6 +389,7 @@ def serve_coe(
             prefill_batch_tokens=scenario.stack.prefill_batch_tokens,
             mixed_batching=scenario.stack.mixed_batching,
             decode_rows=scenario.stack.decode_rows,
+            preemption=serving.preemption,
         ),
         SwitchPolicy(coe.switch, to_ps(coe.turn_s), coe.prefetch),
         _tiers(hardware),

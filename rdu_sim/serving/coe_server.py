@@ -67,6 +67,7 @@ from rdu_sim.serving.drafting import Drafting
 from rdu_sim.serving.driver import STOP, ArrivalSource, Driver, Waits
 from rdu_sim.serving.expert_region import ExpertRegion
 from rdu_sim.serving.handoff import KeepHere
+from rdu_sim.serving.preemption import make_preemption
 from rdu_sim.serving.records import SeriesLog, ServingRecords
 from rdu_sim.serving.scheduler import Policies, Progress, Scheduler, ServerConfig
 from rdu_sim.serving.step_cache import StepCache, StepFn
@@ -174,6 +175,7 @@ class CoEServer:
             KeepHere(None),
             DecodeRounds(config.decode_rows),
             Drafting(),
+            make_preemption(config.preemption),
         )
         self.scheduler = Scheduler(
             config, policy, self.cache, self.records, timeline, policies, progress

@@ -146,6 +146,10 @@ class PagedPool(SlotKV):
         """Pages neither a request's nor a cached block's."""
         return self.kv.pages - self.in_use
 
+    def own_pages(self, request: int) -> int:
+        """The pages ``request`` holds of its own (what giving it back returns; 0 if none)."""
+        return self._held.get(request, 0)
+
     def fits(self, request: int, prompt: int, output: int) -> bool:
         """Whether the free pages, and the idle cached blocks' it would not pin, hold the
         request's own pages (what its admission takes, less its cached leading blocks') and

@@ -22,10 +22,10 @@ from rdu_sim.kv.policy import KVPolicy
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.acceptance import request_rates
 from rdu_sim.serving.backend import Backend, resolve_batch_slots
-from rdu_sim.serving.batching import check_batching
 from rdu_sim.serving.clock import SimulatedTimeError, to_s
 from rdu_sim.serving.coe import CoEPlan, CoEStats, plan_coe, serve_coe
 from rdu_sim.serving.limits import check_pool, check_run
+from rdu_sim.serving.named_policies import check_named, field_line
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.requests import RequestSet, make_requests, typical_prompt
 from rdu_sim.serving.server import Progress, ServerConfig
@@ -176,6 +176,7 @@ def serve_scenario(
         mixed_batching=scenario.stack.mixed_batching,
         decode_rows=scenario.stack.decode_rows,
         kv_pool=placement.kv_pool,
+        preemption=serving.preemption,
     )
     # a request the pool never holds
     check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
@@ -259,11 +260,7 @@ def plan_capacity(
     and still passes a workload of attention ranks (a cluster's pool, or ``rdu-sim step``'s)."""
     serving = scenario.workload.serving
     try:
-        check_batching(
-            serving.prefill_priority,
-            scenario.workload_file,
-            scenario.lines.get(("serving", "prefill_priority")),
-        )
+        check_named(serving, scenario.workload_file, field_line(scenario.lines.get))
     except ConfigError as exc:  # a name a --set gave says so, as the scenario's rules do
         raise overridden(exc, scenario.workload_file, scenario.overrides) from None
     if scenario.workload.coe is not None:  # its own plan: router, expert region, DDR

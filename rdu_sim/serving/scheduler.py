@@ -44,8 +44,9 @@ seen it. Time is integer picoseconds, so ``k * step`` is exact.
 
 The scheduler decides and accounts; it never waits. Its variants are strategies chosen once,
 when it is made (:class:`Policies`): the batching policy, the hand-off of KV caches between
-replicas (``serving.handoff``), how decode runs advance (``serving.decode_rounds``) and what a
-draft adds to prefill (``serving.drafting``). It reads the time from the loop's ``now`` and
+replicas (``serving.handoff``), how decode runs advance (``serving.decode_rounds``), what a
+draft adds to prefill (``serving.drafting``) and which running request a decode step short of
+KV pages preempts (``serving.preemption``). It reads the time from the loop's ``now`` and
 gives its one driver (``serving.driver``) what to wait for: :meth:`decide` an :class:`Action`,
 :meth:`begin_prefill` the delays (ps) of a prefill step that :meth:`end_prefill` ends,
 :meth:`decode_plan` a decode run that :meth:`cut` may shorten when something arrives mid-run
@@ -80,6 +81,9 @@ from rdu_sim.serving.driven import FOREVER, Action, Driven
 from rdu_sim.serving.handoff import HandOff
 from rdu_sim.serving.kv_pool import OnDemandPool, PoolBlocks, kv_pool
 from rdu_sim.serving.load import Counters, Load, outstanding_at
+from rdu_sim.serving.preemption.base import DEFAULT as LATEST_ARRIVAL
+from rdu_sim.serving.preemption.base import PreemptionPolicy, RunningView
+from rdu_sim.serving.preemption.checked import checked as checked_preemption
 from rdu_sim.serving.prompt_facts import PromptFact, PromptFacts
 from rdu_sim.serving.records import UNSET, ServingRecords
 from rdu_sim.serving.slots import DECODING
@@ -118,6 +122,9 @@ class ServerConfig:
     # a paged KV cache's pool, which admissions reserve pages of (``serving.kv_pool``);
     # None: static slots, each holding a whole sequence
     kv_pool: PagedKV | None = None
+    # which running request a decode step short of pages preempts (``serving.preemption``:
+    # a registered name; read only where the pool gives pages on demand)
+    preemption: str = LATEST_ARRIVAL
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
@@ -137,6 +144,7 @@ class Policies:
     handoff: HandOff
     rounds: DecodeRounds
     drafting: Drafting
+    preemption: PreemptionPolicy  # who a decode step short of pages preempts
 
     def __reduce__(self) -> Reduced:
         return by_fields(self)  # (compiled, a frozen dataclass: ``rdu_sim.pickled``)
@@ -267,8 +275,15 @@ class Scheduler(Driven):
         # cache's: ``serving.kv_pool``); pages on demand where the pool gives them
         self.kv = kv_pool(config.kv_pool, records.counts, config.role, blocks)
         # a pool that gives pages on demand: decode runs grow requests, and a decode step
-        # that lacks pages preempts (``_make_room``)
+        # that lacks pages preempts (``_make_room``) whom the preemption policy names, it
+        # reading the running requests (``_running``) as drawn and each slot's admission
+        # serial (``_admitted``: an outside policy's answers checked as they are taken)
         self._grower = self.kv if isinstance(self.kv, OnDemandPool) else None
+        self.preemption = checked_preemption(policies.preemption, config.preemption)
+        self._admitted: list[int] = [0] * config.batch_slots
+        self._admissions = 0
+        self._running: RunningView | None = None
+        drawn_prompts, drawn_outputs = self._prompts, self._outputs
         if self._grower is not None:
             # a preempted request is prefilled again, its prompt and the tokens it had
             # generated, and decodes the rest: the scheduler's own copies of the prompts and
@@ -277,6 +292,16 @@ class Scheduler(Driven):
             prompts, outputs = records.served_tokens()
             self._prompts = prompts.data
             self._outputs = outputs.data
+            self._running = RunningView(
+                self.slots,
+                self._arrivals,
+                drawn_prompts,
+                drawn_outputs,
+                self._outputs,
+                self._admitted,
+                self._grower,
+                clock,
+            )
         policies.handoff.bind(self._hand_off_ended, self.start_received, self.leaves, self.reserves)
         self.queue: deque[int] = deque()
         # the prompt tokens of the requests in ``queue`` (a router's ``queued_tokens``),
@@ -437,20 +462,14 @@ class Scheduler(Driven):
 
     def _make_room(self, now: int) -> None:
         """A decode step is next, its pages given on demand: while the free pages do not
-        hold its growth, preempt the running request that arrived last (vLLM's scheduler:
-        its running queue in arrival order, the lowest priority preempted first, by
-        recompute)."""
-        grower = self._grower
-        assert grower is not None
+        hold its growth, preempt the running request the preemption policy names
+        (``serving.preemption``; by default the one that arrived last, vLLM's lowest
+        priority), by recompute."""
+        grower, running = self._grower, self._running
+        assert grower is not None and running is not None
         slots = self.slots
         while grower.short(slots.steps_done) > 0:
-            arrivals, owners = self._arrivals, slots.request
-            victim, latest = -1, (-1, -1)
-            for slot in range(slots.n):
-                request = owners[slot]
-                if request >= 0 and (arrivals[request], request) > latest:
-                    victim, latest = slot, (arrivals[request], request)
-            self._preempt(victim, now)
+            self._preempt(self.preemption.victim(running), now)
 
     def _preempt(self, slot: int, now: int) -> None:
         """``slot``'s request is preempted now: its pages return (its cached blocks
@@ -629,6 +648,8 @@ class Scheduler(Driven):
         else:
             request = queue.popleft()
         slots.admit(slot, request)
+        self._admissions += 1
+        self._admitted[slot] = self._admissions  # (the preemption policy's admission order)
         now = self.clock.now
         if self._admit_ps[request] == UNSET:  # (a readmission keeps its first admission's)
             self._admit_ps[request] = now

@@ -30,6 +30,7 @@ from rdu_sim.serving.handoff import make_handoff
 from rdu_sim.serving.hooks import ServerHooks
 from rdu_sim.serving.kv_pool import PoolBlocks
 from rdu_sim.serving.load import Counters
+from rdu_sim.serving.preemption import make_preemption
 from rdu_sim.serving.prompt_facts import PromptFacts
 from rdu_sim.serving.records import ServingRecords
 from rdu_sim.serving.scheduler import (
@@ -55,8 +56,8 @@ def policies_for(
     batching: BatchingPolicy | None = None,
 ) -> Policies:
     """A scheduler's strategies, chosen once: ``batching`` or the one ``config`` names, the
-    hand-off of ``config.role`` with ``hooks``, and a draft's rounds and prefill work when
-    ``speculation`` is given (a server alone only)."""
+    preemption policy ``config`` names, the hand-off of ``config.role`` with ``hooks``, and a
+    draft's rounds and prefill work when ``speculation`` is given (a server alone only)."""
     if speculation is not None and (hooks is not None or config.role != "mixed"):
         raise ValueError("a speculative server runs alone, without cluster hooks")
     rounds, drafting = DecodeRounds(config.decode_rows), Drafting()
@@ -69,6 +70,7 @@ def policies_for(
         make_handoff(config.role, hooks),
         rounds,
         drafting,
+        make_preemption(config.preemption),
     )
 
 

@@ -14,14 +14,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rdu_sim.config.errors import ConfigError, ConfigIssue
-from rdu_sim.config.loader import read_yaml
+from rdu_sim.config.loader import LineMap, read_yaml
 from rdu_sim.config.overrides import HW_PREFIX, STACK_PREFIX, SWEEP
 from rdu_sim.config.show import short
 from rdu_sim.scenario import Scenario, build_scenario
-from rdu_sim.serving.batching import check_batching
+from rdu_sim.serving.named_policies import check_named
 from rdu_sim.sweep.key import config_key, resolved_config
 from rdu_sim.sweep.spec import LoadedSpec, axis_values
 
@@ -225,16 +226,12 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
                 overrides={**fixed, **overrides},
                 overrides_from=SWEEP,
             )
-            # (the batching policy's registry lives in serving, which the scenario cannot
-            # import: a run checks the name there, and a point is checked here before anything
-            # runs; at the base file's line when the spec does not set it)
-            field = "serving.prefill_priority"
-            line = (
-                None
-                if field in fixed or field in overrides
-                else lines.get(("serving", "prefill_priority"))
-            )
-            check_batching(scenario.workload.serving.prefill_priority, str(loaded.base), line)
+            # (the policies' registries live in serving, which the scenario cannot import: a
+            # run checks the names there, and a point is checked here before anything runs;
+            # at the base file's line when the spec does not set it)
+            set_here = {**fixed, **overrides}
+            line_of = partial(_base_line, lines, set_here)
+            check_named(scenario.workload.serving, str(loaded.base), line_of)
         except ConfigError as exc:
             failures.add(exc, overrides)
             if failures.points >= MAX_REPORTED_FAILURES:
@@ -250,6 +247,12 @@ def expand(loaded: LoadedSpec, *, sample: int | None = None) -> Expansion:
         raise failures.error(tried, total)
     axes = tuple(path for dim in dims for path in dim[0])
     return Expansion(loaded, axes, tuple(points.values()), duplicates, total if sampled else 0)
+
+
+def _base_line(lines: LineMap, set_here: Mapping[str, Any], field: str) -> int | None:
+    """The base file's line of a dotted ``field``; None when the spec sets it (its error is
+    the spec's, ``(from the sweep spec: ...)``)."""
+    return None if field in set_here else lines.get(tuple(field.split(".")))
 
 
 def resolve(scenario: Scenario, overrides: Mapping[str, Any] | None = None) -> Point:
