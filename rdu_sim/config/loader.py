@@ -286,7 +286,7 @@ def close_name(name: str, valid: Sequence[str]) -> str | None:
     if stems:
         stem = max(stems, key=len)
         tails = [v[len(stem) :] for v in valid if v.startswith(stem) and v != stem]
-        if not difflib.get_close_matches(name[len(stem) :], tails, n=1, cutoff=0.6):
+        if not difflib.get_close_matches(name[len(stem) :], tails, n=1, cutoff=0.5):
             return stem
     close = difflib.get_close_matches(name, list(valid), n=1) if valid else []
     return close[0] if close else None
