@@ -45,7 +45,9 @@ SHIPPED = {
 
 def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, errors="surrogateescape", timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -58,26 +60,34 @@ class BuildWithCommit(build_py):
 
     def run(self) -> None:
         super().run()
+        digest = _load_file("rdu_sim_tree_digest", "rdu_sim/tree_digest.py")
         head = _git("rev-parse", "HEAD") if Path(".git").exists() else None
-        status = _git("status", "--porcelain", "--untracked-files=no")
+        status = _git(*digest.STATUS_ARGS)
         if head is None or status is None or self.editable_mode:
             return
         target = Path(self.build_lib) / "rdu_sim" / "_commit.json"
-        target.write_text(json.dumps({"commit": head.strip(), "dirty": bool(status.strip())}))
+        baked = {"commit": head.strip(), "dirty": bool(status.strip())}
+        baked["changes"] = digest.changes_digest(".", status)
+        target.write_text(json.dumps(baked))
 
 
 NATIVE_LIST = Path("native-modules.txt")
 NATIVE_GROUP = "rdu_sim_native"  # mypyc's shared library: rdu_sim_native__mypyc
 
 
-def native_rules() -> ModuleType:
-    """rdu_sim/native.py itself (standard library only), for its record rules: loaded from
-    its file, since the package's dependencies may not be installed yet."""
-    spec = importlib.util.spec_from_file_location("rdu_sim_native_rules", "rdu_sim/native.py")
+def _load_file(name: str, path: str) -> ModuleType:
+    """A module of the package that uses the standard library only, loaded from its file,
+    since the package's dependencies may not be installed yet."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
-    rules = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rules)
-    return rules
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def native_rules() -> ModuleType:
+    """rdu_sim/native.py itself, for its record rules."""
+    return _load_file("rdu_sim_native_rules", "rdu_sim/native.py")
 
 
 def native_sources() -> list[str]:

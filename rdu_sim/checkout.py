@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rdu_sim import PACKAGE_DIR
+from rdu_sim.tree_digest import STATUS_ARGS, changes_digest
 
 if TYPE_CHECKING:
     import subprocess
@@ -28,29 +28,11 @@ GIT_TIMEOUT_S = 10.0
 @dataclass(frozen=True)
 class Commit:
     """A checkout's HEAD, whether tracked files differ from it (None: git could not say) and,
-    when they do, a digest of what differs (:func:`changes_digest`)."""
+    when they do, a digest of what differs (``tree_digest.changes_digest``)."""
 
     head: str
     dirty: bool | None
     changes: str | None = None
-
-
-def changes_digest(folder: Path, status: str) -> str | None:
-    """CRC-32 (hex) of the tracked files ``git status --porcelain`` lists as changed, each
-    its path and its content as it is now (sorted by path): two different edits of one
-    commit have different digests, so rows one of them computed are not taken for the
-    other's; None when nothing is listed."""
-    paths = sorted(line[3:].split(" -> ")[-1].strip('"') for line in status.splitlines() if line)
-    if not paths:
-        return None
-    crc = 0
-    for path in paths:
-        crc = zlib.crc32(path.encode("utf-8") + b"\0", crc)
-        try:
-            crc = zlib.crc32((folder / path).read_bytes(), crc)
-        except OSError:  # deleted, or not a file: its absence is the change
-            crc = zlib.crc32(b"\0gone", crc)
-    return format(crc, "08x")
 
 
 def top() -> Path:
@@ -85,6 +67,7 @@ def _spawn(*args: str) -> subprocess.Popen[str] | None:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            errors="surrogateescape",  # a path's bytes kept as they are (os.fsencode)
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -140,7 +123,7 @@ def start() -> None:
         if not in_checkout():
             return
         head = _spawn("rev-parse", "HEAD")
-        status = _spawn("status", "--porcelain", "--untracked-files=no")
+        status = _spawn(*STATUS_ARGS)
         _started = _Lookup(pid, head, status)
 
 

@@ -77,9 +77,22 @@ def simulator() -> Simulator:
     if found is not None:
         return Simulator(__version__, found.head, found.dirty, native.compiled(), found.changes)
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        baked = json.loads((PACKAGE_DIR / COMMIT_FILE).read_text(encoding="utf-8"))
-        return Simulator(__version__, str(baked["commit"]), bool(baked["dirty"]), native.compiled())
+        return baked_simulator((PACKAGE_DIR / COMMIT_FILE).read_text(encoding="utf-8"))
     return Simulator(__version__, None, None, native.compiled())
+
+
+def baked_simulator(text: str) -> Simulator:
+    """The simulator a wheel's :data:`COMMIT_FILE` (``text``) records: its commit, whether
+    tracked files differed and the changes' digest (setup.py's ``BuildWithCommit``)."""
+    baked = json.loads(text)
+    changes = baked.get("changes")
+    return Simulator(
+        __version__,
+        str(baked["commit"]),
+        bool(baked["dirty"]),
+        native.compiled(),
+        None if changes is None else str(changes),
+    )
 
 
 def file_digest(path: Path) -> str | None:

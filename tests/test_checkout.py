@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdu_sim import checkout
+from rdu_sim import checkout, tree_digest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,11 +38,11 @@ def test_the_commit_is_gits(started_early: bool) -> None:
         checkout.start()
         assert checkout._started is not None
     found = checkout.commit()
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git(*tree_digest.STATUS_ARGS)
     assert found == checkout.Commit(
         _git("rev-parse", "HEAD").strip(),
         bool(status.strip()),
-        checkout.changes_digest(checkout.top(), status),
+        tree_digest.changes_digest(checkout.top(), status),
     )
     assert checkout._started is None  # the processes were read and let go
 
@@ -123,23 +123,61 @@ def test_a_checkout_another_user_owns_gives_the_same_commit(
     assert checkout.commit() == checkout.Commit(head, False)
 
 
+def _repo_digest(repo: Path) -> str | None:
+    """The digest of ``repo``'s changes, from real git's answer (the command the checkout
+    and setup.py run)."""
+    status = subprocess.run(
+        ["git", "-C", str(repo), *tree_digest.STATUS_ARGS],
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        check=True,
+    ).stdout
+    return tree_digest.changes_digest(repo, status)
+
+
+@needs_git
 def test_each_edit_of_a_commit_has_its_own_digest(tmp_path: Path) -> None:
-    """Two different edits of the same files, as ``git status --porcelain`` lists them,
-    have different digests (a sweep's rows of one are not taken for the other's, the
-    newcomer trial's scheduler edits); the same edit the same digest; a rename counts its
-    new path; a deleted file its absence; nothing listed, no digest."""
-    (tmp_path / "a.py").write_text("x = 1\n")
-    status = " M a.py\n"
-    first = checkout.changes_digest(tmp_path, status)
-    assert first is not None and len(first) == 8
-    assert checkout.changes_digest(tmp_path, status) == first
-    (tmp_path / "a.py").write_text("x = 2\n")
-    second = checkout.changes_digest(tmp_path, status)
-    assert second not in (None, first)
-    (tmp_path / "b.py").write_text("x = 2\n")
-    assert checkout.changes_digest(tmp_path, "R  a.py -> b.py\n") not in (None, second)
-    assert checkout.changes_digest(tmp_path, " D gone.py\n") is not None
-    assert checkout.changes_digest(tmp_path, "") is None
+    """In a real repository: two different edits of a file have different digests (a sweep's
+    rows of one are not taken for the other's, the newcomer trial's scheduler edits), the
+    same edit the same; a name git would quote (``é.py``) is read as it is on disk, not
+    counted as gone whatever it holds; a rename and a deletion change it; a tracked file
+    replaced by a FIFO is digested by its kind without reading it (a read would block);
+    a clean tree has none."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    for name in ("a.py", "é.py", "pipe.md"):
+        (repo / name).write_text("x = 0\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "c"], check=True)
+    assert _repo_digest(repo) is None
+    digests = []
+    for text in ("x = 1\n", "x = 2\n"):
+        (repo / "é.py").write_text(text)
+        digests.append(_repo_digest(repo))
+    assert None not in digests and digests[0] != digests[1]
+    assert _repo_digest(repo) == digests[1]
+    subprocess.run(["git", "-C", str(repo), "mv", "a.py", "b.py"], check=True)
+    renamed = _repo_digest(repo)
+    assert renamed not in (None, *digests)
+    (repo / "pipe.md").unlink()
+    gone = _repo_digest(repo)
+    assert gone not in (None, renamed)
+    os.mkfifo(repo / "pipe.md")
+    assert _repo_digest(repo) not in (None, gone)  # and it returned: the FIFO was not read
+
+
+def test_a_wheels_baked_record_gives_its_digest() -> None:
+    """A wheel built from an edited checkout records the edit's digest (setup.py), and the
+    simulator it runs labels its rows with it; an older record without one still reads."""
+    from rdu_sim.provenance import baked_simulator
+
+    record = '{"commit": "0123456789abcdef", "dirty": true, "changes": "9c0e13a2"}'
+    assert baked_simulator(record).label == "0.1.0+g0123456789ab.dirty.9c0e13a2"
+    older = '{"commit": "0123456789abcdef", "dirty": true}'
+    assert baked_simulator(older).label == "0.1.0+g0123456789ab.dirty"
 
 
 def test_a_dirty_label_names_the_edit() -> None:

@@ -471,3 +471,25 @@ def test_auto_on_a_gpu_is_deepeps_convention() -> None:
         assert calls and all(
             c["algorithm"] == mode and list(c["candidates"]) == [mode] for c in calls
         )
+
+
+def test_more_all_to_alls_than_are_chosen_together_are_each_chosen_alone() -> None:
+    """A kernel with more than ``MAX_JOINT_CALLS`` all-to-alls has each chosen as it would be
+    alone, not a search over every pairing: 20 calls are planned in the CPU time of their
+    estimates (2^20 pairings, scored, would take tens of seconds)."""
+    import time
+
+    from rdu_sim.engine.collective_port import MAX_JOINT_CALLS, plan_all_to_alls
+    from rdu_sim.shapes import AllToAllSpec
+
+    system = api.load(EP64_RACKS).hardware.system
+    needs = tuple((size, min(1.0, 8 * size / 64)) for size in (1, 2, 4, 8, 16, 32, 64))
+    calls = [
+        (AllToAllSpec("hierarchical", direction, 0.125, needs, choose=True), 2e6 * (1 + i % 3))
+        for i, direction in enumerate(("dispatch", "combine") * 10)
+    ]
+    start = time.process_time()
+    many = plan_all_to_alls(calls, 64, system)
+    assert time.process_time() - start < 5.0
+    assert len(many) == len(calls) > MAX_JOINT_CALLS
+    assert many == tuple(plan_all_to_alls([call], 64, system)[0] for call in calls)

@@ -285,6 +285,10 @@ def test_a_misspelt_stack_or_hardware_name_gets_a_did_you_mean() -> None:
     assert "unknown hardware file 'SN40L-16'; did you mean 'sn40l-16'?" in said
     said = error_line(invoke("run", LLAMA, "--set", "hardware=sn40l-typo"))
     assert "unknown hardware file 'sn40l-typo'; did you mean 'sn40l'?" in said
+    # but a name nearly a longer one is that one (not the stem it starts with)
+    for typed, meant in (("sn40l-4rack", "sn40l-4racks"), ("dgx-h100-vlm", "dgx-h100-vllm")):
+        said = error_line(invoke("run", LLAMA, "--set", f"hardware={typed}"))
+        assert f"unknown hardware file '{typed}'; did you mean '{meant}'?" in said
     said = error_line(invoke("run", LLAMA, "--set", "stack=qqqq"))
     assert "stack: unknown serving stack 'qqqq' (a path is relative" in said
     assert "did you mean" not in said

@@ -272,9 +272,11 @@ def _literal_message(error: Any) -> str | None:
 
 def close_name(name: str, valid: Sequence[str]) -> str | None:
     """The valid name closest to a misspelt ``name``, or None: the one it differs from in
-    case only, else the longest one it starts with (``sn40l-typo``: ``sn40l``, not the
-    nearer ``sn40l-8``), else difflib's nearest. The "did you mean" of an unknown field, of
-    an unknown shipped file's name and of a config.json key no model type reads."""
+    case only; else, when it extends a valid name with a tail no longer valid name's tail is
+    close to, that name (``sn40l-typo``: ``sn40l``, not the nearer ``sn40l-8``; but
+    ``sn40l-4rack``: ``sn40l-4racks``); else difflib's nearest. The "did you mean" of an
+    unknown field, of an unknown shipped file's name and of a config.json key no model type
+    reads."""
     import difflib  # here: only an unknown name needs it
 
     folded = [v for v in valid if v.casefold() == name.casefold()]
@@ -282,7 +284,10 @@ def close_name(name: str, valid: Sequence[str]) -> str | None:
         return folded[0]
     stems = [v for v in valid if len(v) >= 3 and name.startswith(v)]
     if stems:
-        return max(stems, key=len)
+        stem = max(stems, key=len)
+        tails = [v[len(stem) :] for v in valid if v.startswith(stem) and v != stem]
+        if not difflib.get_close_matches(name[len(stem) :], tails, n=1, cutoff=0.5):
+            return stem
     close = difflib.get_close_matches(name, list(valid), n=1) if valid else []
     return close[0] if close else None
 

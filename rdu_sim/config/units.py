@@ -496,7 +496,10 @@ def _with_input(schema: Any, parse: Any, given: CoreSchema) -> Any:
     inner = schema.get("schema")
     if isinstance(inner, dict):
         return {**schema, "schema": _with_input(inner, parse, given)}
-    return schema
+    raise TypeError(  # a wrapper pydantic builds otherwise: the schema would lose its input
+        f"no before-validator of {getattr(parse, '__name__', parse)} in a {schema.get('type')} "
+        "schema"
+    )
 
 
 # Pydantic field types: accept a unit string or a bare number, store the internal unit.

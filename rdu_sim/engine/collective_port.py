@@ -122,6 +122,11 @@ def together_s(estimates: Sequence[Estimate]) -> float:
     return max(max(load.values(), default=0.0), max((e.time_s for e in estimates), default=0.0))
 
 
+MAX_JOINT_CALLS = 8
+"""The most all-to-alls of a kernel chosen together (2^8 pairs of forms scored); a kernel
+with more (none today: a fused layer has its dispatch and combine) has each chosen alone."""
+
+
 def plan_all_to_alls(
     calls: Sequence[tuple[AllToAllSpec, float]], group: int, system: SystemConfig
 ) -> tuple[CollectivePlan, ...]:
@@ -148,9 +153,11 @@ def plan_all_to_alls(
                 for m in modes
             )
         )
-    combos = list(itertools.product(*options))  # the conventions' first
-    best = min(together_s(c) for c in combos)
-    combos = [c for c in combos if together_s(c) <= best * (1 + TIE_RTOL)]
+    if len(calls) > MAX_JOINT_CALLS:  # 2^n pairs of forms: each call chosen alone instead
+        return tuple(plan for call in calls for plan in plan_all_to_alls((call,), group, system))
+    scored = [(together_s(c), c) for c in itertools.product(*options)]  # conventions first
+    best = min(score for score, _ in scored)
+    combos = [c for score, c in scored if score <= best * (1 + TIE_RTOL)]
     least = min(sum(e.time_s for e in c) for c in combos)
     chosen = next(c for c in combos if sum(e.time_s for e in c) <= least * (1 + TIE_RTOL))
     return tuple(
