@@ -232,6 +232,15 @@ def test_plan_command_on_the_real_engine(tmp_path: Path) -> None:
     assert evaluate(point)["goodput_fraction"] == cheapest["goodput_fraction"]
     text = runner.invoke(cli, ["plan", str(spec)])
     assert text.exit_code == 0 and "cheapest:" in text.output and "frontier" in text.output
+    # the table shows the percentile the SLO counts; the text says every row's sentence the
+    # JSON does (why it binds and what would move it, or that nothing binds)
+    assert "TTFT p90" in text.output and "TPOT p90" in text.output
+    flat = " ".join(text.output.split())
+    for row in data["configurations"]:
+        said = [verdict["sentence"] for verdict in row["binding"]] or [row["room"]]
+        assert all(sentence and " ".join(sentence.split()) in flat for sentence in said)
+        if row["status"] == "met":  # a met row binds, or has room on both halves
+            assert (row["room"] is None) == bool(row["binding"])
 
 
 def test_plan_searches_parallelism_and_counts_each_replicas_devices(tmp_path: Path) -> None:

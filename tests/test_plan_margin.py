@@ -25,9 +25,10 @@ from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.overrides import parse_override
 from rdu_sim.config.units import parse_seconds
 from rdu_sim.plan import check_plan, load_plan, plan_summary, run_plan
-from rdu_sim.plan.frontier import _slots
+from rdu_sim.plan.frontier import _room_cell, _slots, _tight
 from rdu_sim.plan.margin import Margin, margin, needed, noise
 from rdu_sim.plan.spec import PlanPoint, exact_duration, resolved_cluster, written_value
+from rdu_sim.report.slo_why import binding
 from rdu_sim.sweep.key import config_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -437,3 +438,27 @@ def test_the_slots_cell_names_pools_that_differ() -> None:
     assert _slots_cell(split) == "serve 2 / decode 1 (auto)"
     assert _slots({"batch_slots.serve": 8, "batch_slots.decode": 8}) == 8
     assert _slots_cell({"batch_slots": 8, "batch_slots_resolved": None}) == "8"
+
+
+def test_a_met_run_binds_only_on_a_half_within_the_attainments_noise() -> None:
+    """The 8B plan's met rows: 387 of 400 within the TPOT target (7 to spare, the noise 8.7
+    requests) binds; 399 of 400 (19 to spare) does not, and nothing binds the run: it meets
+    both halves with room, and its size in whole replicas limits it."""
+    slo = SLOConfig(ttft=0.5, tpot=0.04, attainment=0.95)
+    run = {
+        "requests": 400,
+        "goodput_requests": 387,
+        "attainment": 0.9675,
+        "ttft_attainment": 0.99,
+        "tpot_attainment": 0.9675,
+        "ttft_at_attainment_s": 0.236,
+        "tpot_at_attainment_s": 0.0387,
+    }
+    (tight,) = _tight(run, slo, binding(run, slo))
+    assert tight.half == "tpot"
+    roomy = {**run, "goodput_requests": 399, "tpot_attainment": 0.9975, "ttft_attainment": 1.0}
+    roomy["tpot_at_attainment_s"] = 0.0136
+    assert _tight(roomy, slo, binding(roomy, slo)) == []
+    assert (
+        _room_cell(roomy, slo) == "neither binds: p95 TTFT 236 ms of 500 ms, TPOT 13.6 ms of 40 ms"
+    )

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
-from test_api_run import FakeBackend
+from test_api_run import LLAMA, FakeBackend
 from test_plan import brute_force, write_plan
 
 from rdu_sim.api_cluster import run_cluster
@@ -28,6 +29,7 @@ from rdu_sim.plan.floors import request_floors
 from rdu_sim.plan.spec import PlanPoint
 from rdu_sim.report.bound import LABELS, REMEDIES, RESOURCES
 from rdu_sim.report.slo_why import binding, half_metrics, moves, stop_rule, value_at
+from rdu_sim.serving.step_cache import StepCost
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ROOT / "workloads" / "clusters"
@@ -178,12 +180,28 @@ def test_stop_rule_and_binding_read_only_the_metrics() -> None:
     # attention ranks in lockstep whose decoding waits on other ranks' prefills: a TPOT
     # above its floors is moved by disaggregation first, and the verdict says how much
     run["ttft_attainment"] = 0.97
+    # one decode step alone (40 ms) is over half of the run's TPOT (45 ms): a shorter step
+    # first, with both numbers
+    (stepped,) = binding(run, slo)
+    assert stepped.moves[0] == (
+        "fewer batch slots or more tp (one decode step is over half of the TPOT: one decode "
+        "step takes 40 ms, of the run's p90 45 ms)"
+    )
+    run["floor_tpot_at_attainment_s"] = 0.02  # under half: the run mostly waits
     (plain,) = binding(run, slo)
-    assert plain.moves[0].startswith("chunked prefill")
+    assert not any("fewer batch slots" in move for move in plain.moves)
+    # chunked prefill only where prefill steps carry the decode rows (stack.mixed_batching);
+    # a run stored without that says the condition
+    assert plain.moves[0].startswith("chunked prefill") and "if the stack mixes" in plain.moves[0]
+    (mixed,) = binding({**run, "mixed_batching": True}, slo)
+    assert mixed.moves[0].startswith("chunked prefill") and "if the" not in mixed.moves[0]
+    (alone,) = binding({**run, "mixed_batching": False}, slo)
+    assert not any("chunked" in move for move in alone.moves)
+    assert alone.moves[0].startswith("disaggregation")
     (held,) = binding({**run, "lockstep_prefill_held_share": 0.38}, slo)
     assert held.half == "tpot" and held.moves[0].startswith("disaggregation")
     assert "38.0% of the attention ranks' decoding time waits" in held.moves[0]
-    # a hold far smaller than the TPOT above its floor (45 ms over 40: 11%) is not the cause
+    # a hold far smaller than the TPOT above its floor (45 ms over 20: 56%) is not the cause
     (slight,) = binding({**run, "lockstep_prefill_held_share": 0.002}, slo)
     assert slight.moves == plain.moves
     # prefill and decode already apart: more of the side that waits, not disaggregation
@@ -203,6 +221,65 @@ def test_a_data_parallel_plan_run_keeps_its_lockstep_hold(tmp_path: Path) -> Non
     assert 0 < held["lockstep_prefill_held_share"] < 1
     plain = measure(run_cluster(loaded.build(tensor, 1).cluster, backend=FakeBackend()))
     assert "lockstep_prefill_held_share" not in plain
+
+
+class BatchBoundBackend(FakeBackend):
+    """FakeBackend with a decode step that grows with its batch (2 ms + 0.8 ms a slot), as
+    an HBM-bound step of a static graph does: fewer slots make a shorter step."""
+
+    def step_cost(self, scenario: Any, shape: Any) -> StepCost:
+        if shape.phase == "prefill":
+            return super().step_cost(scenario, shape)
+        return StepCost(0.002 + shape.batch * 0.0008, 0.8, 0.2)
+
+
+def test_the_tpot_levers_the_plan_names_move_it_when_tried(tmp_path: Path) -> None:
+    """The 8B plan's cheapest row said "chunked prefill" for a TPOT whose floor was its
+    decode step, on a stack that prefills alone: chunking made it worse. Here the levers
+    the verdict names are each tried, as a user would: fewer batch slots and more replicas
+    lower the run's TPOT at the quantile; chunked prefill, left out of a stack that does not
+    mix, raises it; on a stack that mixes, it is named and lowers it."""
+    cluster = {
+        "name": "levers",
+        "pools": {"serve": {"workload": str(LLAMA), "replicas": 2, "set": {}}},
+        "traffic": {
+            "rate": 12.0,
+            "requests": 80,
+            "prompt_tokens": {"dist": "uniform", "low": 200, "high": 2500},
+            "output_tokens": {"dist": "uniform", "low": 20, "high": 200},
+            "seed": 1,
+        },
+        "slo": {"ttft": "2 s", "tpot": "20 ms", "attainment": 0.9},
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster, sort_keys=False))
+    slots = {"pools.serve.set.serving.batch_slots": 16}
+    backend = BatchBoundBackend()
+
+    def tried(**overrides: Any) -> tuple[dict[str, Any], list[str]]:
+        metrics = measure(run_cluster(path, {**slots, **overrides}, backend=backend))
+        (verdict,) = binding(metrics, SLOConfig(ttft=2.0, tpot=0.02, attainment=0.9))
+        assert verdict.half == "tpot"
+        return metrics, list(verdict.moves)
+
+    base, said = tried()
+    tpot, floor = base["tpot_at_attainment_s"], base["floor_tpot_at_attainment_s"]
+    assert base["mixed_batching"] is False and floor > tpot / 2  # the step is most of it
+    assert said[0].startswith("fewer batch slots or more tp (one decode step is over half")
+    assert "takes 14.8 ms, of the run's p90 20.8 ms" in said[0]
+    assert not any("chunked prefill" in move for move in said)
+    assert any(move.startswith("more replicas") for move in said)
+    fewer, _ = tried(**{"pools.serve.set.serving.batch_slots": 8})
+    assert fewer["tpot_at_attainment_s"] < 0.6 * tpot
+    more, _ = tried(**{"pools.serve.replicas": 3})
+    assert more["tpot_at_attainment_s"] < tpot
+    chunked, _ = tried(**{"pools.serve.set.serving.prefill_chunk_tokens": 512})
+    assert chunked["tpot_at_attainment_s"] > tpot  # one wait cut into several, no shorter
+    mix = {"pools.serve.set.stack.mixed_batching": True}
+    mixing, said = tried(**mix)
+    assert any(move.startswith("chunked prefill") for move in said)
+    mixed_chunks, _ = tried(**mix, **{"pools.serve.set.serving.prefill_chunk_tokens": 512})
+    assert mixed_chunks["tpot_at_attainment_s"] < mixing["tpot_at_attainment_s"]
 
 
 def test_the_shipped_70b_plan_names_the_binding_half(tmp_path: Path) -> None:

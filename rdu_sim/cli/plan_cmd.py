@@ -5,8 +5,9 @@ machinery in this process (``--workers 1``, the default), on a local process poo
 Dask (``--cluster``), storing every evaluation in SQLite so a rerun resumes. Its rounds and
 each configuration's end go to stderr as it searches (with a bar per round unless
 ``--no-progress``). Prints the cheapest configuration, one row per configuration (how its
-search ended and the SLO half that binds it) and, for each that did not meet the SLO, why
-and what would move it; ``--json`` prints the same as one JSON object. Bad input exits 2
+search ended, its TTFT and TPOT at the SLO's quantile and the SLO half that binds it) and,
+for each that ran, the JSON's sentence: why it binds and what would move it, or that
+nothing binds; ``--json`` prints the same as one JSON object. Bad input exits 2
 before anything runs; a plan where no configuration met the SLO exits 1 (its JSON's
 ``slo_met`` false).
 """
@@ -82,8 +83,18 @@ def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
     return lines
 
 
+def _quantile(summary: dict[str, Any]) -> str:
+    """The SLO's attainment as a percentile's name (``p95``): the quantile the table shows."""
+    return f"p{human.number(summary['slo']['attainment'] * 100)}"
+
+
+def _value(seconds: float | None) -> str:
+    return "-" if seconds is None else human.duration(seconds)
+
+
 def _table(summary: dict[str, Any]) -> Table:
     devices = f"{summary['device']}s"
+    quantile = _quantile(summary)
     table = Table(
         title=f"Configurations (cheapest first; * = on the {devices}/goodput frontier)",
         title_justify="left",
@@ -101,8 +112,8 @@ def _table(summary: dict[str, Any]) -> Table:
         devices,
         "meet SLO",
         "one fewer",
-        "TTFT p99",
-        "TPOT p99",
+        f"TTFT {quantile}",
+        f"TPOT {quantile}",
         "runs",
         "why",
     ):
@@ -121,8 +132,8 @@ def _table(summary: dict[str, Any]) -> Table:
             _cell(row["sockets"]),
             human.percent(share),
             human.percent(fewer),
-            human.duration(row["ttft_p99_s"]),
-            human.duration(row["tpot_p99_s"]),
+            _value(row["ttft_at_attainment_s"]),
+            _value(row["tpot_at_attainment_s"]),
             str(row["evaluations"]),
             row["why"],
         )
@@ -130,14 +141,15 @@ def _table(summary: dict[str, Any]) -> Table:
 
 
 def _why_lines(summary: dict[str, Any]) -> list[str]:
-    """For each configuration that did not meet the SLO, the binding half in a sentence with
-    what would move it (configurations with the same sentence share a line)."""
+    """For each configuration that ran, as its JSON says it: the binding half in a sentence
+    with what would move it, or, for a met one with room on both halves, that nothing
+    binds (configurations with the same sentence share a line)."""
     by_sentence: dict[str, list[str]] = {}
     for row in summary["configurations"]:
-        if row["status"] != "not met":
-            continue
-        for verdict in row["binding"]:
-            by_sentence.setdefault(verdict["sentence"], []).append(row["label"])
+        name = f"{row['label']} ({row['status']})"
+        sentences = [verdict["sentence"] for verdict in row["binding"]]
+        for sentence in sentences or ([row["room"]] if row.get("room") else []):
+            by_sentence.setdefault(sentence, []).append(name)
     return [f"{', '.join(names)}: {sentence}." for sentence, names in by_sentence.items()]
 
 
@@ -250,5 +262,8 @@ def _print(result: PlanResult, as_json: bool) -> None:
     out.print(_table(summary))
     if any(row["replicas"] is None or row["goodput_one_unit_fewer"] is None for row in rows):
         out.print(MISSING_NOTE, markup=False)
-    for line in _why_lines(summary):
+    lines = _why_lines(summary)
+    if lines:
+        out.print(f"Why each binds ({_quantile(summary)}, the SLO's), and what would move it:")
+    for line in lines:
         out.print(line, markup=False)

@@ -63,8 +63,9 @@ def _kv_cut(result: ClusterSummary) -> dict[str, int]:
 
 def measure(result: ClusterResult) -> dict[str, Any]:
     """Everything the plan keeps of one cluster run: the headline, each SLO half's share and
-    value at the attainment quantile, the same for every request alone (its floors), and
-    the floors' steps at that quantile with what binds them."""
+    value at the attainment quantile, the same for every request alone (its floors), the
+    floors' steps at that quantile with what binds them, and whether the decoding pool's
+    prefill steps carry its decode rows (``mixed_batching``, for ``report.slo_why``)."""
     import numpy as np
 
     from rdu_sim.plan.floors import bound_of, request_floors
@@ -77,8 +78,11 @@ def measure(result: ClusterResult) -> dict[str, Any]:
     ttft = np.where(served, columns["ttft_s"], np.inf)
     tpot = np.where(served, columns["tpot_s"], np.inf)
     floors = request_floors(result)
+    decoding = next(p for p in result.pools if p.runtime.config.role != "prefill")
     metrics = {
         **headline(result.summary()),
+        # prefill steps carry the decode rows (stack.mixed_batching): chunking then helps TPOT
+        "mixed_batching": decoding.runtime.config.mixed_batching,
         **half_metrics(ttft, tpot, slo),
         **half_metrics(floors.ttft_s, floors.tpot_s, slo, prefix="floor_"),
     }

@@ -7,8 +7,13 @@ even with ``max_replicas``), ``infeasible`` (the hardware cannot hold it, or the
 refuses it: the reason says which) or ``error``. Its numbers are one run's: the fewest
 replicas that met the SLO, else (pruned or not met, never met) the most it tried.
 ``binding`` names the SLO half that binds at that run and what would move it
-(``report.slo_why``); ``why`` is the reason or, without one, the binding half in a few
-words.
+(``report.slo_why``); in a met row only a half whose requests to spare are within the
+attainment's sampling noise (``plan.margin``) binds, and a met row with more to spare on
+both has no binding half but ``room``, a sentence saying so and that its whole replica
+units limit it. ``why`` is the reason (with the binding half for a pruned or not-met row)
+or, without one, the binding half in a few words. ``ttft_at_attainment_s`` and
+``tpot_at_attainment_s`` are the run's values at the SLO's quantile (the table's columns;
+``ttft_p99_s`` and ``tpot_p99_s`` its p99s).
 A row with a run also has its ``margin`` in requests (``plan.margin``), its resolved batch
 slots, ``excluded_up_to_units`` (the most units its misses ruled out, run or not:
 ``plan.search``); a met row ``one_fewer`` (that run's margin, conclusive or not, and the
@@ -26,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim import human
-from rdu_sim.config.cluster import KVTransferConfig
+from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
 from rdu_sim.plan.margin import margin
 from rdu_sim.plan.search import PlanResult, Search, _rank
 from rdu_sim.plan.spec import Configuration, LoadedPlan
 from rdu_sim.provenance import shown_file, simulator
 from rdu_sim.report.percentiles import rounded
-from rdu_sim.report.slo_why import binding, short
+from rdu_sim.report.slo_why import HALVES, NAMES, Verdict, binding, short
 
 ORDER = {"met": 0, "pruned": 1, "not met": 2, "infeasible": 3, "error": 4, "searching": 5}
 
@@ -121,6 +126,9 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
         "evaluations": len(search.results),
         "reason": search.reason,
         "binding": [],
+        "ttft_at_attainment_s": None,
+        "tpot_at_attainment_s": None,
+        "room": None,
         "why": search.reason,
         "frontier": False,
     }
@@ -159,13 +167,72 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
         }
     if search.results and search.status in ("met", "not met", "pruned"):
         seen = search.results[units if units is not None else max(search.results)]
+        row["ttft_at_attainment_s"] = seen.get("ttft_at_attainment_s")
+        row["tpot_at_attainment_s"] = seen.get("tpot_at_attainment_s")
         verdicts = search.stopped or binding(seen, search.slo)
+        if search.status == "met":
+            verdicts = _tight(seen, search.slo, verdicts)
+            if not verdicts:
+                row["room"] = _room(row, seen, search.slo)
         row["binding"] = [v.to_dict() for v in verdicts]
         if not row["why"]:
-            row["why"] = short(verdicts)
-        elif search.status == "not met" and not search.stopped and verdicts:
+            row["why"] = short(verdicts) if verdicts else _room_cell(seen, search.slo)
+        elif search.status in ("not met", "pruned") and not search.stopped and verdicts:
             row["why"] = f"{search.reason}; {short(verdicts)}"
     return row
+
+
+def _spare(metrics: Mapping[str, Any], slo: SLOConfig, half: str) -> float | None:
+    """The requests a half has to spare over the attainment in a run (those within its
+    target less the fewest the SLO needs) in units of the attainment's sampling noise
+    (``plan.margin.noise``); None without request counts."""
+    found = margin(metrics, slo)
+    if found is None:
+        return None
+    within = round(float(metrics[f"{half}_attainment"]) * found.requests)
+    return (within - found.needed) / found.noise
+
+
+def _tight(metrics: Mapping[str, Any], slo: SLOConfig, verdicts: list[Verdict]) -> list[Verdict]:
+    """Of a met run's verdicts, the halves that bind: those whose requests to spare are
+    within the attainment's sampling noise (``plan.margin``: another sample of the same
+    traffic could miss on them). A half with more to spare does not bind: the run meets it
+    with room. A run without request counts keeps every verdict."""
+    return [v for v in verdicts if (_spare(metrics, slo, v.half) or 0.0) <= 1.0]
+
+
+def _room_cell(metrics: Mapping[str, Any], slo: SLOConfig) -> str:
+    """A met row with room on both halves, in a table cell."""
+    values = ", ".join(
+        f"{NAMES[h]} {_duration(metrics.get(f'{h}_at_attainment_s'))} of "
+        f"{human.duration(slo.ttft if h == 'ttft' else slo.tpot)}"
+        for h in HALVES
+    )
+    return f"neither binds: p{human.number(slo.attainment * 100)} {values}"
+
+
+def _room(row: Mapping[str, Any], metrics: Mapping[str, Any], slo: SLOConfig) -> str:
+    """Why nothing binds a met row, and what limits it instead: its whole replicas."""
+    found = margin(metrics, slo)
+    noise = "" if found is None else f", {found.noise:.1f} requests"
+    fewer = row["goodput_one_unit_fewer"]
+    below = (
+        "it is the fewest possible"
+        if fewer is None and row["units"] == 1
+        else "one unit fewer was not run"
+        if fewer is None
+        else f"one unit fewer meets the SLO for {human.percent(fewer)} of requests"
+    )
+    values = _room_cell(metrics, slo).removeprefix("neither binds: ")
+    return (
+        f"neither SLO half binds at {human.count(row['replicas'], 'replica')} ({values}: "
+        f"each has more requests to spare than the attainment's noise{noise}); what limits "
+        f"it is its size in whole replica units: {below}"
+    )
+
+
+def _duration(seconds: Any) -> str:
+    return "never served" if seconds is None else human.duration(float(seconds))
 
 
 def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:

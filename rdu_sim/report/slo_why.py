@@ -19,10 +19,16 @@ moved by a faster step (more tp, unless the links bind it; more of the resource 
 it: ``report.bound``),
 a smaller one (fewer batch slots, a KV policy that keeps fewer tokens, shorter prompts) or
 a looser target; a run above its floors waits (queueing, prefills holding decode steps),
-moved by more replicas, chunked prefill or disaggregation; where attention ranks step in
-lockstep and other ranks' prefills hold at least half of the TPOT above its floor,
-disaggregation first; where prefill and decode are already apart, more replicas of the
-side that waits and, for the TPOT, a faster KV link.
+moved by more replicas, disaggregation and, for a TPOT, chunked prefill only where the stack
+carries decode rows in its prefill steps (``stack.mixed_batching``: a stack that runs
+prefill steps alone makes its decoding sequences wait for every chunk, so chunking cuts
+one wait into several, no shorter in sum); where attention ranks step in lockstep and
+other ranks' prefills hold at least half of the TPOT above its floor, disaggregation
+first; where prefill and decode are already apart, more replicas of the side that waits
+and, for the TPOT, a faster KV link. A run's TPOT whose floor (one decode step) is over
+half of its value (``step_most``: the step is then the larger part of each token's time,
+more than all the waiting together) is moved first by a shorter step: fewer batch slots
+or more tp, said with both numbers.
 """
 
 from __future__ import annotations
@@ -142,7 +148,14 @@ class Verdict:
 
 
 def _step(metrics: Mapping[str, Any], half: str) -> str:
-    """The floor step of a half at the attainment quantile, with what binds it."""
+    """The floor step of a half at the attainment quantile, with what binds it, in
+    parentheses (nothing when the evaluation has none)."""
+    words = _step_words(metrics, half)
+    return f" ({words})" if words else ""
+
+
+def _step_words(metrics: Mapping[str, Any], half: str) -> str:
+    """``a decode step of 32 slots at 2,048 cached tokens takes 30.8 ms, bound by ...``."""
     seconds = metrics.get(f"{half}_step_s")
     if seconds is None:
         return ""
@@ -160,11 +173,41 @@ def _step(metrics: Mapping[str, Any], half: str) -> str:
     link = str(metrics.get(f"{half}_step_link", ""))
     term = str(metrics.get(f"{half}_step_link_term", ""))
     by = f", {label} {resource_words(bound, link, term)}" if bound in RESOURCES else ""
-    return f" ({what} {human.duration(float(seconds))}{by})"
+    return f"{what} {human.duration(float(seconds))}{by}"
 
 
-def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]:
-    """What would move a binding half (module docstring), most direct first."""
+def step_most(metrics: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A run's TPOT floor and value at the attainment quantile when the floor (one decode
+    step) is over half of the value: the step is the larger part of each token's time, so
+    a shorter step moves the TPOT more than any end to waiting could. None otherwise, or
+    without floors."""
+    value = metrics.get("tpot_at_attainment_s")
+    floor = metrics.get("floor_tpot_at_attainment_s")
+    if not value or floor is None or not float(floor) > float(value) / 2:
+        return None
+    return float(floor), float(value)
+
+
+def _mixes(metrics: Mapping[str, Any]) -> bool | None:
+    """Whether the decoding pool's prefill steps carry its decode rows (the stack's
+    ``mixed_batching``); None for an evaluation stored before it was kept."""
+    mixed = metrics.get("mixed_batching")
+    return None if mixed is None else bool(mixed)
+
+
+def _chunked(because: str, mixes: bool | None) -> tuple[str, ...]:
+    """Chunked prefill as a TPOT lever: only where prefill steps carry the decode rows."""
+    if mixes is False:  # prefill steps run alone: every chunk holds the decoding sequences
+        return ()
+    where = "" if mixes else ", if the stack mixes prefill and decode (stack.mixed_batching)"
+    return (f"chunked prefill (serving.prefill_chunk_tokens: {because}{where})",)
+
+
+def moves(
+    metrics: Mapping[str, Any], half: str, alone: bool, attainment: float | None = None
+) -> tuple[str, ...]:
+    """What would move a binding half (module docstring), most direct first; ``attainment``
+    names the quantile a run's TPOT is read at (``p95``)."""
     bound = str(metrics.get(f"{half}_step_bound"))
     faster = remedy_words(
         bound,
@@ -201,6 +244,7 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
                 "the queue)",
             )
         return (
+            *_shorter_step(metrics, more_tp, attainment),
             "more decode replicas (a larger D in the P:D split: a prefilled request waits "
             "for a decode slot, inside its TPOT)",
             "a faster KV link (kv_transfer: the cache's transfer is inside the TPOT)",
@@ -211,20 +255,40 @@ def moves(metrics: Mapping[str, Any], half: str, alone: bool) -> tuple[str, ...]
             "chunked prefill (serving.prefill_chunk_tokens: a long prompt stops holding the queue)",
             "disaggregated prefill (prefill replicas never wait on decode steps)",
         )
+    mixes = _mixes(metrics)
+    shorter = _shorter_step(metrics, more_tp, attainment)
     held = _lockstep_hold(metrics)
     if held is not None:  # ranks in lockstep: every rank's prefill holds every rank's decode
         return (
+            *shorter,
             f"disaggregation (decode replicas never prefill: here {human.percent(held)} of "
             "the attention ranks' decoding time waits in joint steps holding another rank's "
             "prefill)",
-            "chunked prefill (serving.prefill_chunk_tokens: shorter holds, as many)",
+            *_chunked("shorter holds, as many", mixes),
             "more replicas (fewer prefills per replica)",
         )
     return (
-        "chunked prefill (serving.prefill_chunk_tokens: decode steps stop waiting behind "
-        "whole prefills)",
+        *shorter,
+        *_chunked("decode steps ride along with prefill chunks", mixes),
         "disaggregation (decode replicas never prefill)",
         "more replicas (fewer prefills per replica)",
+    )
+
+
+def _shorter_step(
+    metrics: Mapping[str, Any], more_tp: bool, attainment: float | None
+) -> tuple[str, ...]:
+    """A run's TPOT lever when one decode step is over half of it (``step_most``): a
+    shorter step, with the step's time and the run's TPOT."""
+    most = step_most(metrics)
+    if most is None:
+        return ()
+    floor, value = most
+    at = "" if attainment is None else f"p{human.number(attainment * 100)} "
+    words = _step_words(metrics, "tpot") or f"one decode step takes {human.duration(floor)}"
+    return (
+        f"{'fewer batch slots or more tp' if more_tp else 'fewer batch slots'} (one decode "
+        f"step is over half of the TPOT: {words}, of the run's {at}{human.duration(value)})",
     )
 
 
@@ -291,7 +355,7 @@ def _verdict(
         target_s=slo.ttft if half == "ttft" else slo.tpot,
         share=float(metrics[f"{prefix}{half}_attainment"]),
         attainment=slo.attainment,
-        moves=moves(metrics, half, alone) if advise else (),
+        moves=moves(metrics, half, alone, slo.attainment) if advise else (),
     )
 
 
