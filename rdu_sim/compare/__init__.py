@@ -476,6 +476,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         fits=False,
         model=scenario.model.name,
         stack=scenario.stack.name,
+        stack_runs_on=scenario.stack.runs_on,
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
         hbm_efficiency=float(hardware.hbm.efficiency),
         peak_ddr_bandwidth=float(ddr.bandwidth) if ddr is not None else 0.0,

@@ -24,6 +24,9 @@ class Column:
     # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
     # step's JSON name it: the host time and batch limit it brings move the comparison
     stack: str = ""
+    # the hardware kind that stack runs on (``rdu``, ``gpu``, ``any``: its ``runs_on``), so
+    # compare advises ``--vary stack=...`` only where every stack named serves every column
+    stack_runs_on: str = ""
     reason: str = ""
     # a combination of varied values the workload refuses (``reason`` says why; each value
     # runs in another combination): nothing was compiled, ``fits`` is False

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
+from rdu_sim.config.stack import NONE_WORDS, serves
 from rdu_sim.engine.timing import device_time
 from rdu_sim.report.bound import (
     BINDS_SHARE,
@@ -289,20 +290,34 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
 def stacks_differ(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
     """A line when the columns that ran did so under different serving stacks, unless the
     stack is what varies: which column runs which, that each verdict's ratio then holds the
-    stacks' host time and batch limits beside the hardware, and how to compare alike (one
-    stack for all, ``--set stack=none`` the device alone; or each under each, ``--vary
-    stack=...``); nothing otherwise."""
+    stacks' host time and batch limits beside the hardware, and how to compare alike: one
+    stack for all (``--set stack=none``, the device alone, with what else it changes:
+    ``config.stack.NONE_WORDS``), and each under each (``--vary stack=...``) only where every
+    stack named serves every column's hardware (``config.stack.serves``: no shipped stack
+    runs on both an RDU and a GPU), else to read each verdict's host time apart; nothing
+    otherwise."""
     ran = [c for c in columns if c.fits and c.stack]
     stacks = sorted({c.stack for c in ran})
     if len(stacks) < 2 or any(path.split(".", 1)[0] == "stack" for path in varied):
         return []
     each = "; ".join(f"{c.label}: {c.stack}" for c in ran)
+    runs_on = {c.stack: c.stack_runs_on for c in ran}
+    alike = f"give every column one stack (--set stack=none: {NONE_WORDS})"
+    if all(serves(runs_on[stack], c.kind) for stack in stacks for c in ran):
+        advice = f"To compare the hardware alike, {alike} or run each under each (--vary stack="
+        advice += f"{','.join(stacks)})"
+    else:
+        where = "; ".join(f"{stack} on {runs_on[stack]}" for stack in stacks)
+        advice = (
+            f"No stack named runs on every column's hardware ({where}), so --vary stack "
+            f"cannot run each under each. To compare the hardware alike, {alike}; or keep "
+            "each system's stack and read the host time a verdict names apart (its step on "
+            "the device alone)"
+        )
     return [
         f"the columns run different serving stacks ({each}), each system as deployed: a "
-        "verdict's ratio holds the stacks' host time and batch limits beside the hardware. "
-        "To compare the hardware alike, give every column one stack (--set stack=none: the "
-        "device alone) or run each under each (--vary stack="
-        f"{','.join(stacks)})"
+        f"verdict's ratio holds the stacks' host time and batch limits beside the hardware. "
+        f"{advice}"
     ]
 
 
