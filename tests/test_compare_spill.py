@@ -48,3 +48,31 @@ def test_a_spilled_batch_is_said_and_its_ddr_bound_has_bytes_and_rate() -> None:
     assert f"bound by DDR bandwidth in both (97.2% vs 97.2% of their step time): {demand}" in (
         verdict
     )
+
+
+def test_prompts_past_the_stacks_token_budget_are_said_as_a_run_says_them() -> None:
+    """A run whose prompts pass its stack's ``prefill_batch_tokens`` with no chunking warns
+    (``serving.limits.unchunked_words``); compare's columns of the same workload carry the
+    same words (the trial's 60,000-token prompts on TensorRT-LLM: the run warned, compare's
+    columns said nothing)."""
+    from rdu_sim.serving.limits import UnchunkedPromptWarning
+
+    sets = {
+        "serving.max_context": 12288,
+        "serving.prompt_tokens": {"dist": "fixed", "value": 10000},
+        "serving.output_tokens": {"dist": "fixed", "value": 8},
+        "serving.batch_slots": 4,
+    }
+    with pytest.warns(UnchunkedPromptWarning):
+        run = api.run(
+            "llama3.1-8b-1socket", {**sets, "hardware": "dgx-h100", "serving.requests": 2}
+        )
+    said = run.summary().warnings
+    assert len(said) == 1 and "exceed the stack tensorrt-llm's prefill_batch_tokens" in said[0]
+    result = compare("llama3.1-8b-1socket", ["dgx-h100", "dgx-h200"], sets)
+    assert [c.warnings for c in result.columns] == [said, said]
+    assert f"dgx-h200: warning: {said[0]}" in result.lines
+    chunked = compare(
+        "llama3.1-8b-1socket", ["dgx-h100"], {**sets, "serving.prefill_chunk_tokens": 8192}
+    )
+    assert chunked.columns[0].warnings == []

@@ -87,7 +87,8 @@ from rdu_sim.serving.coe import (
     region_experts,
     router_scenario,
 )
-from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
+from rdu_sim.serving.limits import unchunked_words
+from rdu_sim.serving.run import prefill_seconds, scenario_requests, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import long_prompts, typical_prefill
 from rdu_sim.shapes import StepShape
@@ -520,6 +521,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         # the run's words for weights its batch pushes to DDR (a CoE keeps its experts there)
         placement = backend.plan_memory(timed, slots)
         warnings = [] if timed.workload.coe else placement_warnings(timed, placement)
+        # and a run's words for prompts past the stack's token budget, of the same requests
+        unchunked = unchunked_words(timed, scenario_requests(timed, slots).prompt_tokens)
+        warnings += [] if unchunked is None else [unchunked]
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail

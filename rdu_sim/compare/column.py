@@ -124,8 +124,10 @@ class Column:
     # 0 for a GPU, which has no DDR tier): its time in the bound is the bytes at their product
     peak_ddr_bandwidth: float = 0.0
     ddr_efficiency: float = 1.0
-    # what a reader must be told of the column's memory plan, in the words a run's report
-    # gives (``compiler.placement.placement_warnings``: weights its batch pushed to DDR)
+    # what a reader must be told of the column, in the words a run's report gives: its
+    # memory plan (``compiler.placement.placement_warnings``: weights its batch pushed to
+    # DDR) and its requests' prompts past the stack's token budget, each one prefill step
+    # (``serving.limits.unchunked_words``)
     warnings: list[str] = field(default_factory=list)
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step
