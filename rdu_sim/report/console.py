@@ -479,13 +479,24 @@ def _bound_label(step: DecodeStepBound | None) -> str:
     return bound_label(step.times()[step.bound], step.step_s)
 
 
+def decode_shape_words(batch: int, context: int) -> str:
+    """A decode step's shape, ``batch 32, 4,096 cached tokens``: the words of a run's decode
+    step row and of ``rdu-sim run --step``'s line."""
+    return f"batch {batch:,}, {context:,} cached tokens"
+
+
 def _decode_step_words(result: RunSummary) -> str:
-    """What the run's decode step is: under speculative decoding the target's verify step,
-    k + 1 tokens a slot (the draft's steps are not among the target's steps)."""
+    """What the run's decode step is, the one it ran most often, with its shape
+    (:func:`decode_shape_words`, as the prefill row names its step's tokens): under
+    speculative decoding the target's verify step, k + 1 tokens a slot (the draft's steps
+    are not among the target's steps)."""
+    step = result.decode_step
+    shape = "" if step is None else decode_shape_words(step.batch, step.context)
     spec = result.speculation
     if spec is None or spec.decoding is None:
-        return "decode step"
-    return f"verify step ({spec.decoding.draft_tokens + 1} tokens a slot)"
+        return f"decode step ({shape})" if shape else "decode step"
+    tokens = f"{spec.decoding.draft_tokens + 1} tokens a slot"
+    return f"verify step ({tokens}; {shape})" if shape else f"verify step ({tokens})"
 
 
 def _prefill_bound(result: RunSummary) -> str:
