@@ -42,7 +42,10 @@ def test_a_spilled_batch_is_said_and_its_ddr_bound_has_bytes_and_rate() -> None:
     assert f"reads {human.size(sn40l.ddr_bytes, 4)} of them from there" in said[0]
     rate = sn40l.peak_ddr_bandwidth * sn40l.ddr_efficiency
     assert sn40l.ddr_bytes / rate == pytest.approx(sn40l.bound_s, rel=1e-9)
-    demand = "14.8 GiB of weights read from DDR per device at 160 GB/s (80.0% of its 200 GB/s peak)"
+    demand = (
+        "14.8 GiB of weights read from DDR per device at 160 GB/s while streaming (80.0% of its "
+        "200 GB/s peak)"
+    )
     assert demand in result.lines[0]
     (verdict,) = result.verdicts
     assert f"bound by DDR bandwidth in both (97.2% vs 97.2% of their step time): {demand}" in (

@@ -89,8 +89,9 @@ def _ddr_rate(column: Column) -> float:
 
 def _rate_words(peak: float, efficiency: float) -> str:
     """A memory tier's sustained rate (peak x efficiency), and the share of its peak that is
-    when not all of it: ``1.71 TB/s (95.0% of its 1.8 TB/s peak)``."""
-    rate = human.bandwidth(peak * efficiency)
+    when not all of it: ``1.71 TB/s while streaming (95.0% of its 1.8 TB/s peak)``: the rate
+    over the tier's busy time, not the table's share of peak over the whole step (84.6%)."""
+    rate = f"{human.bandwidth(peak * efficiency)} while streaming"
     if efficiency != 1.0:
         rate += f" ({human.percent(efficiency)} of its {human.bandwidth(peak)} peak)"
     return rate
