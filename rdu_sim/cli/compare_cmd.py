@@ -44,6 +44,7 @@ from rdu_sim.cli.options import (
     workload_argument,
 )
 from rdu_sim.compare import Column, Comparison, compare, nothing_runs
+from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
@@ -154,10 +155,13 @@ def _per_device(column: Column) -> str:
 
 
 def _power(column: Column) -> str:
-    """The whole system's draw while serving, or that its hardware file gives none."""
+    """The whole system's draw while serving and what the file's figure is (``10.2 kW, a
+    maximum, an upper bound``; ``5.74 kW, an average``: tokens per joule side by side lean
+    towards the average), or that its hardware file gives none."""
     if column.power_w is None:
         return human.MISSING if column.invalid else NO_POWER
-    return human.si(column.power_w, "W")
+    figure = "" if column.power_figure is None else f", {figure_words(column.power_figure)}"
+    return human.si(column.power_w, "W") + figure
 
 
 NO_POWER = "not given (hw.power)"

@@ -486,6 +486,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         peak_flops_type=peak_matrix_type(scenario),
         dtypes=_dtypes(scenario),
         power_w=None if power is None else machine_watts(power, devices, sockets_per_node),
+        power_figure=None if power is None else power.figure,
         label=side.label(hardware.name),
         settings=dict(side.settings),
         draft=None if scenario.draft is None else scenario.draft.model.name,

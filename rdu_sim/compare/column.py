@@ -66,6 +66,9 @@ class Column:
     # the whole system's draw while serving (``report.energy.machine_watts``: every device
     # and its share of the hosts); None when the hardware file gives no power
     power_w: float | None = None
+    # what that draw is (``power.figure``: ``average`` or ``maximum``, a datasheet's, whose
+    # tokens per joule are a lower bound); None with no power
+    power_figure: str | None = None
     tokens_per_joule: float | None = None  # decode-step tokens/s (whole system) / power_w
     served_tokens_per_joule: float | None = None  # served tokens/s (whole system) / power_w
     # the stored types of the weights, the KV cache and the activations (``dtypes``)

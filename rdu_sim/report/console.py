@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
@@ -412,8 +413,10 @@ def energy_rows(energy: Energy | None) -> list[tuple[str, str]]:
     per_million = energy.usd_per_million_output_tokens
     return [
         (
-            "energy (average draw)",
-            f"{human.si(energy.joules, 'J')} at {human.si(energy.average_power_w, 'W')}",
+            # the file's draw over the makespan, whatever the load: not the run's average
+            "energy (at the hardware file's power)",
+            f"{human.si(energy.joules, 'J')} at {human.si(energy.average_power_w, 'W')}, "
+            f"{figure_words(energy.power_figure)}",
         ),
         ("output tokens per joule", human.number(energy.output_tokens_per_joule)),
         (
