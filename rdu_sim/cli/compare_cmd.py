@@ -70,6 +70,15 @@ def _per_rank(column: Column, slots: int | None) -> str:
     return f" ({slots // column.attention_ranks:,} a rank)"
 
 
+def _cap(column: Column) -> str:
+    """`` (the stack's max_batch_slots; memory holds 2,229)`` when the stack bounds the
+    batch capacity below what memory holds (``Column.capacity_limit``); nothing when memory
+    does."""
+    if column.capacity_limit in (None, "memory") or column.memory_capacity is None:
+        return ""
+    return f" (the stack's {column.capacity_limit}; memory holds {column.memory_capacity:,})"
+
+
 def _prompt(column: Column) -> str:
     """`` (2,304 tokens, bucket 3,072)``: the typical prompt and the static shape it runs
     at, as a server pads it (`` (20,000 tokens, 3 chunks of 8,192)`` when chunked; the
@@ -192,7 +201,10 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("serving stack", lambda c: _stack(c)),
     ("fusion", lambda c: c.fusion),
     ("dtypes (weights / KV / activations)", _dtypes),
-    ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
+    (
+        "batch capacity",
+        lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity) + _cap(c),
+    ),
     (
         "batch / cached tokens",
         lambda c: "-" if c.batch is None else f"{c.batch:,}{_per_rank(c, c.batch)} / {c.context:,}",

@@ -63,6 +63,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import did_you_mean
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.config.overrides import (
     API,
     GivenOverrides,
@@ -478,7 +479,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         model=scenario.model.name,
         stack=scenario.stack.name,
         stack_runs_on=scenario.stack.runs_on,
+        predicted=predicted_words(scenario.hardware_file),
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
+        hbm_capacity=float(hardware.hbm.capacity),
         hbm_efficiency=float(hardware.hbm.efficiency),
         peak_ddr_bandwidth=float(ddr.bandwidth) if ddr is not None else 0.0,
         ddr_efficiency=float(ddr.efficiency) if ddr is not None else 1.0,
@@ -500,6 +503,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         if scenario.workload.coe is None:
             timed = scenario
             capacity = backend.batch_capacity(scenario)
+            # what memory holds, and what bounds the capacity below it (the stack's cap)
+            holds = backend.memory_capacity(scenario)
+            limit = scenario.stack.batch_limit(holds)
             # a paged stack's default: the sequences of this context its KV pool holds
             slots = batch if batch is not None else step_batch(scenario, backend, context)
             # a batch its KV pool cannot hold does not fit (step's warning, the same rule)
@@ -508,6 +514,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
                 return replace(base, reason=over)
         else:
             timed, capacity, slots = _coe_expert(scenario, batch)
+            holds, limit = capacity, "memory"
         decode = default_step_shape(timed, "decode", batch=slots, context=context)
         cost = backend.step_cost(timed, decode)
         # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
@@ -548,6 +555,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         base,
         fits=True,
         batch_capacity=replica_batch(layout, capacity),
+        memory_capacity=replica_batch(layout, holds),
+        capacity_limit=limit,
         batch=instance_batch,
         context=decode.cache_len,
         step_s=step,

@@ -24,6 +24,9 @@ class Column:
     # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
     # step's JSON name it: the host time and batch limit it brings move the comparison
     stack: str = ""
+    # hardware predicted, not measured (``config.origins.predicted_words``: its device
+    # differs from the machine whose fitted values it keeps), in words; None otherwise
+    predicted: str | None = None
     # the hardware kind that stack runs on (``rdu``, ``gpu``, ``any``: its ``runs_on``), so
     # compare advises ``--vary stack=...`` only where every stack named serves every column
     stack_runs_on: str = ""
@@ -42,6 +45,11 @@ class Column:
     attention_ranks: int = 1  # dp_attention: ranks of one instance, each its own batch
     # one instance's slots, all its attention ranks' (a rank's: divide by attention_ranks)
     batch_capacity: int | None = None
+    # the slots memory holds (an instance's, as ``batch_capacity``; at least it) and what
+    # bounds the capacity (``StackConfig.batch_limit``): ``memory``, or the stack's
+    # ``max_batch_slots`` or ``batch_programs`` below what memory holds
+    memory_capacity: int | None = None
+    capacity_limit: str | None = None
     batch: int | None = None
     context: int | None = None  # cached tokens the decode step attends to (its bucket)
     step_s: float | None = None
@@ -76,6 +84,7 @@ class Column:
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s (peak_flops)
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
+    hbm_capacity: float = 0.0  # bytes of one device's HBM
     # the share of that peak the HBM sustains (``hbm.efficiency``): its time in the bound is
     # the bytes at peak x efficiency, the rate the verdict's arithmetic states
     hbm_efficiency: float = 1.0

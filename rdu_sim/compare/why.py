@@ -285,6 +285,8 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
         lines += [f"{column.label}: warning: {said}" for said in column.warnings]
+        if column.predicted is not None:
+            lines.append(f"{column.label}: {column.predicted}")
     return lines
 
 
@@ -678,6 +680,7 @@ def verdict(a: Column, b: Column) -> str:
             batch += ": each its batch capacity"
             if a.slot_tokens != b.slot_tokens and a.slot_tokens and b.slot_tokens:
                 batch += f", a KV slot keeping {a.slot_tokens:,} tokens vs {b.slot_tokens:,}"
+            batch += _hbm_holds(a, b)
         reasons.append(batch + ")")
     else:
         reasons.append(f"the same batch ({human.count(a.batch, 'slot')})")
@@ -687,6 +690,20 @@ def verdict(a: Column, b: Column) -> str:
     if served:  # the decode step's reasons after the prefill's
         reasons[1] = f"in decode, {reasons[1]}"
     return f"{head}. Why: {'; '.join(reasons)}."
+
+
+def _hbm_holds(a: Column, b: Column) -> str:
+    """``, the slots 141 GiB vs 80 GiB of HBM a device hold`` when both capacities are what
+    memory holds (``Column.capacity_limit``, not a stack's cap) and the devices' HBM differs:
+    what a batch ratio of capacities comes from; nothing otherwise."""
+    if (a.capacity_limit, b.capacity_limit) != ("memory", "memory"):
+        return ""
+    if a.hbm_capacity == b.hbm_capacity or not a.hbm_capacity or not b.hbm_capacity:
+        return ""
+    return (
+        f", the slots {human.size(a.hbm_capacity)} vs {human.size(b.hbm_capacity)} of HBM a "
+        "device hold"
+    )
 
 
 def scope(columns: Sequence[Column]) -> str:

@@ -204,6 +204,8 @@ def header(result: RunSummary) -> Text:
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
         f"  {kept_line(result)}\n"
     )
+    if result.predicted is not None:
+        text.append(f"  {result.hardware}: {result.predicted}\n")
     capacity = capacity_line(result)
     if capacity is not None:
         text.append(f"  {capacity}\n")

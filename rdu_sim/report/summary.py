@@ -93,6 +93,7 @@ from rdu_sim.compiler.placement import (
 )
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import Hardware, device_noun
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
@@ -596,6 +597,9 @@ class RunSummary:
     kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
     # weights held whole on every device beyond their slices (absent from the JSON else)
     weight_replicas: WeightReplicas | None = None
+    # hardware predicted, not measured (``config.origins.predicted_words``: its device
+    # differs from the machine whose fitted values it keeps); absent from the JSON else
+    predicted: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
@@ -615,6 +619,8 @@ class RunSummary:
             del pool["preemptions"]  # only pages given on demand preempt
         if data["weight_replicas"] is None:
             del data["weight_replicas"]  # only a plan holding MLA's query weights whole
+        if data["predicted"] is None:
+            del data["predicted"]  # only hardware predicted from another machine's fit
         return data
 
 
@@ -917,4 +923,5 @@ def summarize(run: ServingRun) -> RunSummary:
         speculation=speculation,
         kv_pool=kv_pool_summary(run, makespan),
         weight_replicas=WeightReplicas.of(run.placement),
+        predicted=predicted_words(scenario.hardware_file),
     )
