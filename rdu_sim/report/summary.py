@@ -598,7 +598,8 @@ class RunSummary:
     # weights held whole on every device beyond their slices (absent from the JSON else)
     weight_replicas: WeightReplicas | None = None
     # hardware predicted, not measured (``config.origins.predicted_words``: its device
-    # differs from the machine whose fitted values it keeps); absent from the JSON else
+    # differs from the machine whose fitted values it keeps); None (JSON null) else, a leaf
+    # every result holds (``sweep.run.full_names``)
     predicted: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -619,8 +620,6 @@ class RunSummary:
             del pool["preemptions"]  # only pages given on demand preempt
         if data["weight_replicas"] is None:
             del data["weight_replicas"]  # only a plan holding MLA's query weights whole
-        if data["predicted"] is None:
-            del data["predicted"]  # only hardware predicted from another machine's fit
         return data
 
 
