@@ -36,7 +36,12 @@ with every attention rank's batch, and for every instance the system holds), the
 tokens/s with prefill included (``served_rate``: each request's prefill beside its output
 tokens' decode steps), the system's power and tokens per joule (``report.energy``'s rule),
 its dtypes, and the share of its peak HBM bandwidth and FLOP/s (the peak named with its
-type) the step achieved, and what binds the decode step
+type) the step achieved, and what binds the decode step. It says what its figures rest on:
+what its file's power is (``power.figure``, an average or a datasheet's maximum), whether
+its batch capacity is memory's or its stack's cap (``StackConfig.batch_limit``, with what
+memory holds), whether its hardware is predicted from another machine's fit
+(``config.origins.predicted_words``), and the run's warnings its memory plan and its
+requests' prompts earn
 (``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
 wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
 the ``compare`` plot's lines).
