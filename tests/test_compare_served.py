@@ -174,7 +174,10 @@ def test_the_table_names_decode_step_rows_power_dtypes_and_the_peak() -> None:
     assert [cells["dtypes (weights / KV / activations)"](c) for c in columns] == [
         "fp8 / bf16 / bf16"
     ] * 2
-    assert [cells["power (whole system)"](c) for c in columns] == ["5.74 kW", "10.2 kW"]
+    assert [cells["power (whole system)"](c) for c in columns] == [
+        "5.74 kW, an average",
+        "10.2 kW, a maximum, an upper bound",
+    ]
     (unpowered,) = compare(EIGHT_B, ["sn40l"], {"hw.power": None}, batch=2).columns
     assert unpowered.power_w is None and unpowered.served_tokens_per_joule is None
     assert cells["power (whole system)"](unpowered) == "not given (hw.power)"

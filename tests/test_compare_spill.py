@@ -42,9 +42,40 @@ def test_a_spilled_batch_is_said_and_its_ddr_bound_has_bytes_and_rate() -> None:
     assert f"reads {human.size(sn40l.ddr_bytes, 4)} of them from there" in said[0]
     rate = sn40l.peak_ddr_bandwidth * sn40l.ddr_efficiency
     assert sn40l.ddr_bytes / rate == pytest.approx(sn40l.bound_s, rel=1e-9)
-    demand = "14.8 GiB of weights read from DDR per device at 160 GB/s (80.0% of its 200 GB/s peak)"
+    demand = (
+        "14.8 GiB of weights read from DDR per device at 160 GB/s while streaming (80.0% of its "
+        "200 GB/s peak)"
+    )
     assert demand in result.lines[0]
     (verdict,) = result.verdicts
     assert f"bound by DDR bandwidth in both (97.2% vs 97.2% of their step time): {demand}" in (
         verdict
     )
+
+
+def test_prompts_past_the_stacks_token_budget_are_said_as_a_run_says_them() -> None:
+    """A run whose prompts pass its stack's ``prefill_batch_tokens`` with no chunking warns
+    (``serving.limits.unchunked_words``); compare's columns of the same workload carry the
+    same words (the trial's 60,000-token prompts on TensorRT-LLM: the run warned, compare's
+    columns said nothing)."""
+    from rdu_sim.serving.limits import UnchunkedPromptWarning
+
+    sets = {
+        "serving.max_context": 12288,
+        "serving.prompt_tokens": {"dist": "fixed", "value": 10000},
+        "serving.output_tokens": {"dist": "fixed", "value": 8},
+        "serving.batch_slots": 4,
+    }
+    with pytest.warns(UnchunkedPromptWarning):
+        run = api.run(
+            "llama3.1-8b-1socket", {**sets, "hardware": "dgx-h100", "serving.requests": 2}
+        )
+    said = run.summary().warnings
+    assert len(said) == 1 and "exceed the stack tensorrt-llm's prefill_batch_tokens" in said[0]
+    result = compare("llama3.1-8b-1socket", ["dgx-h100", "dgx-h200"], sets)
+    assert [c.warnings for c in result.columns] == [said, said]
+    assert f"dgx-h200: warning: {said[0]}" in result.lines
+    chunked = compare(
+        "llama3.1-8b-1socket", ["dgx-h100"], {**sets, "serving.prefill_chunk_tokens": 8192}
+    )
+    assert chunked.columns[0].warnings == []

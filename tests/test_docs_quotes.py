@@ -62,7 +62,7 @@ def test_a_changed_quoted_number_fails_and_refresh_restores_it(
         ("docs/serving.md", "3.36), per-user ", "3.36), per-user 9"),
         (
             "docs/gpu.md",
-            "│ kernel calls per step" + " " * 28 + "│" + " " * 35 + "3 │",
+            "│ kernel calls per step" + " " * 28 + "│" + " " * 50 + "3 │",
             "│ kernel calls",
         ),
     ):

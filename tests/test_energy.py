@@ -99,6 +99,10 @@ def test_every_parameter_moves_its_result(base: dict[str, object]) -> None:
     assert energy(power__socket_w=1060)["average_power_w"] == 8 * 1060 + 1500
     assert energy(power__host_w=0)["average_power_w"] == 8 * 530
     assert energy(cost__usd_per_kwh=0.24)["energy_usd"] == pytest.approx(2 * before["energy_usd"])
+    assert (before["power_figure"], energy(power__figure="maximum")["power_figure"]) == (
+        "average",
+        "maximum",
+    )
     priced = energy(cost__usd_per_socket_hour=3.0)
     hours = base["makespan_s"] / 3600  # type: ignore[operator]
     assert priced["usd"] == pytest.approx(8 * hours * 3.0 + before["energy_usd"])
@@ -136,3 +140,28 @@ def test_a_lone_run_charges_the_sockets_it_uses_as_a_cluster_run_does() -> None:
     pool = Machine(PowerConfig(socket_w=530, host_w=1500), CostConfig(usd_per_kwh=0.12), 4, 8)
     fleet = fleet_energy([pool], data["makespan_s"], data["output_tokens"])  # type: ignore[arg-type]
     assert fleet is not None and fleet.joules == pytest.approx(energy["joules"], rel=1e-12)
+
+
+def test_the_reports_say_what_the_files_power_is_beside_each_figure_from_it() -> None:
+    """SN40L's power is SambaNova's stated average, a DGX's NVIDIA's datasheet maximum
+    (``power.figure``): compare's power cell and a run's energy row say which, so tokens per
+    joule side by side are read as they are (the trial read 5.74 kW and 10.2 kW as alike);
+    and a run's energy row does not call the file's draw the run's average (it is the same
+    at 7% occupancy as at full load)."""
+    from rdu_sim.cli.compare_cmd import ROWS
+    from rdu_sim.compare import compare
+    from rdu_sim.report.console import energy_rows
+
+    cell = dict(ROWS)["power (whole system)"]
+    sn40l, h100 = compare("llama3.1-8b-1socket", ["sn40l-8", "dgx-h100"], batch=1).columns
+    assert (sn40l.power_figure, h100.power_figure) == ("average", "maximum")
+    assert cell(sn40l) == "5.74 kW, an average"
+    assert cell(h100) == "10.2 kW, a maximum, an upper bound"
+    power = PowerConfig(socket_w=700, host_w=4600, figure="maximum")
+    maximum = energy_of(power, CostConfig(), 8, 8, makespan_s=10.0, output_tokens=100)
+    assert maximum is not None and maximum.power_figure == "maximum"
+    (label, value), *_ = energy_rows(maximum)
+    assert "average" not in label and value == "102 kJ at 10.2 kW, a maximum, an upper bound"
+    average = Machine(PowerConfig(socket_w=530, host_w=1500), CostConfig(), 8, 8)
+    mixed = fleet_energy([average, Machine(power, CostConfig(), 8, 8)], 10.0, 100)
+    assert mixed is not None and mixed.power_figure == "mixed"

@@ -40,6 +40,12 @@ def test_a_run_names_what_binds_its_prefill_and_prefill_s_share() -> None:
         console.print(serving_table(summary))
     assert "prefill step bound by" in out.get()
     assert f"the {step.tokens:,}-token step)" in out.get()
+    # the decode row states its step's shape too (the one run most often), in the words of
+    # `rdu-sim run --step`: the trial read "decode step bound by" with no batch or context
+    decode = summary.decode_step
+    assert f"decode step (batch {decode.batch}, {decode.context:,} cached tokens) bound by" in (
+        out.get()
+    )
     shown = " ".join(out.get().split())
     share = human.percent(step.busy_share)
     assert f"prefill steps' share of the run's step time │ {share}" in shown

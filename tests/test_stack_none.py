@@ -59,3 +59,23 @@ def test_an_edit_of_the_device_alone_is_refused_naming_the_workload_that_chose_i
         f"{file} (stack none: the device alone): kv_page_tokens: must be at least 1, got -3 "
         "(from --set stack.kv_page_tokens)"
     )
+
+
+def test_none_on_a_gpu_holds_whole_slots_and_pads_prompts_as_its_words_say() -> None:
+    """``--set stack=none`` (compare's advice to compare devices alike) moves more than the
+    host time on a GPU, and its words say what: no paged pool (the H100's 70B batch
+    capacity falls from TensorRT-LLM's 2,048 to the slots its memory holds whole) and each
+    prompt padded to its bucket (the trial's 152 ms against 115 ms)."""
+    from rdu_sim.compare import compare
+
+    assert "padded to its prompt bucket" in NONE_WORDS
+    assert "no paged pool: a GPU holds fewer slots" in NONE_WORDS
+    paged, alone = compare(
+        "llama3.1-70b-decode", ["dgx-h100"], vary=["stack=tensorrt-llm,none"], batch=1
+    ).columns
+    assert alone.batch_capacity is not None and paged.batch_capacity is not None
+    assert alone.batch_capacity < paged.batch_capacity
+    assert alone.prefill_bucket is not None and alone.prefill_tokens is not None
+    assert alone.prefill_bucket > alone.prefill_tokens == paged.prefill_bucket
+    assert alone.prefill_s is not None and paged.prefill_s is not None
+    assert alone.prefill_s > paged.prefill_s

@@ -44,6 +44,7 @@ from rdu_sim.cli.options import (
     workload_argument,
 )
 from rdu_sim.compare import Column, Comparison, compare, nothing_runs
+from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack import NONE
 from rdu_sim.interrupts import keeps_on_stop
@@ -67,6 +68,15 @@ def _per_rank(column: Column, slots: int | None) -> str:
     if column.attention_ranks == 1 or slots is None:
         return ""
     return f" ({slots // column.attention_ranks:,} a rank)"
+
+
+def _cap(column: Column) -> str:
+    """`` (the stack's max_batch_slots; memory holds 2,229)`` when the stack bounds the
+    batch capacity below what memory holds (``Column.capacity_limit``); nothing when memory
+    does."""
+    if column.capacity_limit in (None, "memory") or column.memory_capacity is None:
+        return ""
+    return f" (the stack's {column.capacity_limit}; memory holds {column.memory_capacity:,})"
 
 
 def _prompt(column: Column) -> str:
@@ -154,10 +164,13 @@ def _per_device(column: Column) -> str:
 
 
 def _power(column: Column) -> str:
-    """The whole system's draw while serving, or that its hardware file gives none."""
+    """The whole system's draw while serving and what the file's figure is (``10.2 kW, a
+    maximum, an upper bound``; ``5.74 kW, an average``: tokens per joule side by side lean
+    towards the average), or that its hardware file gives none."""
     if column.power_w is None:
         return human.MISSING if column.invalid else NO_POWER
-    return human.si(column.power_w, "W")
+    figure = "" if column.power_figure is None else f", {figure_words(column.power_figure)}"
+    return human.si(column.power_w, "W") + figure
 
 
 NO_POWER = "not given (hw.power)"
@@ -188,7 +201,10 @@ ROWS: tuple[tuple[str, Callable[[Column], str]], ...] = (
     ("serving stack", lambda c: _stack(c)),
     ("fusion", lambda c: c.fusion),
     ("dtypes (weights / KV / activations)", _dtypes),
-    ("batch capacity", lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity)),
+    (
+        "batch capacity",
+        lambda c: _count(c.batch_capacity) + _per_rank(c, c.batch_capacity) + _cap(c),
+    ),
     (
         "batch / cached tokens",
         lambda c: "-" if c.batch is None else f"{c.batch:,}{_per_rank(c, c.batch)} / {c.context:,}",

@@ -35,7 +35,7 @@ from rdu_sim.config.loader import read_yaml
 from rdu_sim.diagnostics import console_file
 from rdu_sim.interrupts import deferred, keeps_on_stop, kept_on_stop
 from rdu_sim.provenance import input_files
-from rdu_sim.report.console import print_report, utilization_line
+from rdu_sim.report.console import decode_shape_words, print_report, utilization_line
 from rdu_sim.report.files import (
     OUT_SET,
     REQUESTS_FILE,
@@ -88,7 +88,7 @@ def _print_step(scenario: Scenario, as_json: bool) -> None:
         return
     batch, context = data.get("batch"), data.get("context")
     shape = (
-        f"batch {batch}, {context:,} cached tokens"
+        decode_shape_words(batch, context)
         if isinstance(batch, int) and isinstance(context, int)
         else "the default shape"
     )

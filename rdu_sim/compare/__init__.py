@@ -36,7 +36,12 @@ with every attention rank's batch, and for every instance the system holds), the
 tokens/s with prefill included (``served_rate``: each request's prefill beside its output
 tokens' decode steps), the system's power and tokens per joule (``report.energy``'s rule),
 its dtypes, and the share of its peak HBM bandwidth and FLOP/s (the peak named with its
-type) the step achieved, and what binds the decode step
+type) the step achieved, and what binds the decode step. It says what its figures rest on:
+what its file's power is (``power.figure``, an average or a datasheet's maximum), whether
+its batch capacity is memory's or its stack's cap (``StackConfig.batch_limit``, with what
+memory holds), whether its hardware is predicted from another machine's fit
+(``config.origins.predicted_words``), and the run's warnings its memory plan and its
+requests' prompts earn
 (``report.bound``); ``rdu_sim.compare.why`` says in words what differs and why one variant
 wins. ``compare_batches`` repeats the comparison over batch sizes (the notebook's curves,
 the ``compare`` plot's lines).
@@ -63,6 +68,7 @@ from rdu_sim.config import shipped
 from rdu_sim.config.errors import CombinationError, ConfigError
 from rdu_sim.config.hardware import HardwareConfig
 from rdu_sim.config.loader import did_you_mean
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.config.overrides import (
     API,
     GivenOverrides,
@@ -87,7 +93,8 @@ from rdu_sim.serving.coe import (
     region_experts,
     router_scenario,
 )
-from rdu_sim.serving.run import prefill_seconds, served_prefill_steps
+from rdu_sim.serving.limits import unchunked_words
+from rdu_sim.serving.run import prefill_seconds, scenario_requests, served_prefill_steps
 from rdu_sim.serving.step_cache import StepCache
 from rdu_sim.serving.step_shape import long_prompts, typical_prefill
 from rdu_sim.shapes import StepShape
@@ -476,7 +483,10 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         fits=False,
         model=scenario.model.name,
         stack=scenario.stack.name,
+        stack_runs_on=scenario.stack.runs_on,
+        predicted=predicted_words(scenario.hardware_file),
         peak_hbm_bandwidth=float(hardware.hbm.bandwidth),
+        hbm_capacity=float(hardware.hbm.capacity),
         hbm_efficiency=float(hardware.hbm.efficiency),
         peak_ddr_bandwidth=float(ddr.bandwidth) if ddr is not None else 0.0,
         ddr_efficiency=float(ddr.efficiency) if ddr is not None else 1.0,
@@ -484,6 +494,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         peak_flops_type=peak_matrix_type(scenario),
         dtypes=_dtypes(scenario),
         power_w=None if power is None else machine_watts(power, devices, sockets_per_node),
+        power_figure=None if power is None else power.figure,
         label=side.label(hardware.name),
         settings=dict(side.settings),
         draft=None if scenario.draft is None else scenario.draft.model.name,
@@ -497,6 +508,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         if scenario.workload.coe is None:
             timed = scenario
             capacity = backend.batch_capacity(scenario)
+            # what memory holds, and what bounds the capacity below it (the stack's cap)
+            holds = backend.memory_capacity(scenario)
+            limit = scenario.stack.batch_limit(holds)
             # a paged stack's default: the sequences of this context its KV pool holds
             slots = batch if batch is not None else step_batch(scenario, backend, context)
             # a batch its KV pool cannot hold does not fit (step's warning, the same rule)
@@ -505,6 +519,7 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
                 return replace(base, reason=over)
         else:
             timed, capacity, slots = _coe_expert(scenario, batch)
+            holds, limit = capacity, "memory"
         decode = default_step_shape(timed, "decode", batch=slots, context=context)
         cost = backend.step_cost(timed, decode)
         # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s
@@ -519,6 +534,9 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         # the run's words for weights its batch pushes to DDR (a CoE keeps its experts there)
         placement = backend.plan_memory(timed, slots)
         warnings = [] if timed.workload.coe else placement_warnings(timed, placement)
+        # and a run's words for prompts past the stack's token budget, of the same requests
+        unchunked = unchunked_words(timed, scenario_requests(timed, slots).prompt_tokens)
+        warnings += [] if unchunked is None else [unchunked]
     except CapacityError as exc:
         return replace(base, reason=str(exc))
     timing = cost.detail
@@ -542,6 +560,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
         base,
         fits=True,
         batch_capacity=replica_batch(layout, capacity),
+        memory_capacity=replica_batch(layout, holds),
+        capacity_limit=limit,
         batch=instance_batch,
         context=decode.cache_len,
         step_s=step,

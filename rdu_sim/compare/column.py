@@ -24,6 +24,12 @@ class Column:
     # the serving stack that ran (stacks/; 'none': the hardware alone), as a run's and a
     # step's JSON name it: the host time and batch limit it brings move the comparison
     stack: str = ""
+    # hardware predicted, not measured (``config.origins.predicted_words``: its device
+    # differs from the machine whose fitted values it keeps), in words; None otherwise
+    predicted: str | None = None
+    # the hardware kind that stack runs on (``rdu``, ``gpu``, ``any``: its ``runs_on``), so
+    # compare advises ``--vary stack=...`` only where every stack named serves every column
+    stack_runs_on: str = ""
     reason: str = ""
     # a combination of varied values the workload refuses (``reason`` says why; each value
     # runs in another combination): nothing was compiled, ``fits`` is False
@@ -39,6 +45,11 @@ class Column:
     attention_ranks: int = 1  # dp_attention: ranks of one instance, each its own batch
     # one instance's slots, all its attention ranks' (a rank's: divide by attention_ranks)
     batch_capacity: int | None = None
+    # the slots memory holds (an instance's, as ``batch_capacity``; at least it) and what
+    # bounds the capacity (``StackConfig.batch_limit``): ``memory``, or the stack's
+    # ``max_batch_slots`` or ``batch_programs`` below what memory holds
+    memory_capacity: int | None = None
+    capacity_limit: str | None = None
     batch: int | None = None
     context: int | None = None  # cached tokens the decode step attends to (its bucket)
     step_s: float | None = None
@@ -63,6 +74,9 @@ class Column:
     # the whole system's draw while serving (``report.energy.machine_watts``: every device
     # and its share of the hosts); None when the hardware file gives no power
     power_w: float | None = None
+    # what that draw is (``power.figure``: ``average`` or ``maximum``, a datasheet's, whose
+    # tokens per joule are a lower bound); None with no power
+    power_figure: str | None = None
     tokens_per_joule: float | None = None  # decode-step tokens/s (whole system) / power_w
     served_tokens_per_joule: float | None = None  # served tokens/s (whole system) / power_w
     # the stored types of the weights, the KV cache and the activations (``dtypes``)
@@ -70,6 +84,7 @@ class Column:
     hbm_bandwidth_fraction: float | None = None  # of one device's peak HBM bandwidth
     flops_fraction: float | None = None  # of one device's peak matrix FLOP/s (peak_flops)
     peak_hbm_bandwidth: float = 0.0  # bytes/s of one device
+    hbm_capacity: float = 0.0  # bytes of one device's HBM
     # the share of that peak the HBM sustains (``hbm.efficiency``): its time in the bound is
     # the bytes at peak x efficiency, the rate the verdict's arithmetic states
     hbm_efficiency: float = 1.0
@@ -121,8 +136,10 @@ class Column:
     # 0 for a GPU, which has no DDR tier): its time in the bound is the bytes at their product
     peak_ddr_bandwidth: float = 0.0
     ddr_efficiency: float = 1.0
-    # what a reader must be told of the column's memory plan, in the words a run's report
-    # gives (``compiler.placement.placement_warnings``: weights its batch pushed to DDR)
+    # what a reader must be told of the column, in the words a run's report gives: its
+    # memory plan (``compiler.placement.placement_warnings``: weights its batch pushed to
+    # DDR) and its requests' prompts past the stack's token budget, each one prefill step
+    # (``serving.limits.unchunked_words``)
     warnings: list[str] = field(default_factory=list)
     flops: float | None = None  # matrix FLOPs of one device in the decode step
     runtime_s: float | None = None  # the serving runtime's host time in the step

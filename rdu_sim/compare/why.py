@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from rdu_sim import human
 from rdu_sim.compare.column import Column
+from rdu_sim.config.stack import NONE_WORDS, serves
 from rdu_sim.engine.timing import device_time
 from rdu_sim.report.bound import (
     BINDS_SHARE,
@@ -88,8 +89,9 @@ def _ddr_rate(column: Column) -> float:
 
 def _rate_words(peak: float, efficiency: float) -> str:
     """A memory tier's sustained rate (peak x efficiency), and the share of its peak that is
-    when not all of it: ``1.71 TB/s (95.0% of its 1.8 TB/s peak)``."""
-    rate = human.bandwidth(peak * efficiency)
+    when not all of it: ``1.71 TB/s while streaming (95.0% of its 1.8 TB/s peak)``: the rate
+    over the tier's busy time, not the table's share of peak over the whole step (84.6%)."""
+    rate = f"{human.bandwidth(peak * efficiency)} while streaming"
     if efficiency != 1.0:
         rate += f" ({human.percent(efficiency)} of its {human.bandwidth(peak)} peak)"
     return rate
@@ -283,26 +285,42 @@ def column_lines(columns: Sequence[Column]) -> list[str]:
             f"{others_alone(column.resource_s, column.bound or '')}{_bubble(column)})"
         )
         lines += [f"{column.label}: warning: {said}" for said in column.warnings]
+        if column.predicted is not None:
+            lines.append(f"{column.label}: {column.predicted}")
     return lines
 
 
 def stacks_differ(columns: Sequence[Column], varied: Sequence[str]) -> list[str]:
     """A line when the columns that ran did so under different serving stacks, unless the
     stack is what varies: which column runs which, that each verdict's ratio then holds the
-    stacks' host time and batch limits beside the hardware, and how to compare alike (one
-    stack for all, ``--set stack=none`` the device alone; or each under each, ``--vary
-    stack=...``); nothing otherwise."""
+    stacks' host time and batch limits beside the hardware, and how to compare alike: one
+    stack for all (``--set stack=none``, the device alone, with what else it changes:
+    ``config.stack.NONE_WORDS``), and each under each (``--vary stack=...``) only where every
+    stack named serves every column's hardware (``config.stack.serves``: no shipped stack
+    runs on both an RDU and a GPU), else to read each verdict's host time apart; nothing
+    otherwise."""
     ran = [c for c in columns if c.fits and c.stack]
     stacks = sorted({c.stack for c in ran})
     if len(stacks) < 2 or any(path.split(".", 1)[0] == "stack" for path in varied):
         return []
     each = "; ".join(f"{c.label}: {c.stack}" for c in ran)
+    runs_on = {c.stack: c.stack_runs_on for c in ran}
+    alike = f"give every column one stack (--set stack=none: {NONE_WORDS})"
+    if all(serves(runs_on[stack], c.kind) for stack in stacks for c in ran):
+        advice = f"To compare the hardware alike, {alike} or run each under each (--vary stack="
+        advice += f"{','.join(stacks)})"
+    else:
+        where = "; ".join(f"{stack} on {runs_on[stack]}" for stack in stacks)
+        advice = (
+            f"No stack named runs on every column's hardware ({where}), so --vary stack "
+            f"cannot run each under each. To compare the hardware alike, {alike}; or keep "
+            "each system's stack and read the host time a verdict names apart (its step on "
+            "the device alone)"
+        )
     return [
         f"the columns run different serving stacks ({each}), each system as deployed: a "
-        "verdict's ratio holds the stacks' host time and batch limits beside the hardware. "
-        "To compare the hardware alike, give every column one stack (--set stack=none: the "
-        "device alone) or run each under each (--vary stack="
-        f"{','.join(stacks)})"
+        f"verdict's ratio holds the stacks' host time and batch limits beside the hardware. "
+        f"{advice}"
     ]
 
 
@@ -662,6 +680,7 @@ def verdict(a: Column, b: Column) -> str:
             batch += ": each its batch capacity"
             if a.slot_tokens != b.slot_tokens and a.slot_tokens and b.slot_tokens:
                 batch += f", a KV slot keeping {a.slot_tokens:,} tokens vs {b.slot_tokens:,}"
+            batch += _hbm_holds(a, b)
         reasons.append(batch + ")")
     else:
         reasons.append(f"the same batch ({human.count(a.batch, 'slot')})")
@@ -671,6 +690,20 @@ def verdict(a: Column, b: Column) -> str:
     if served:  # the decode step's reasons after the prefill's
         reasons[1] = f"in decode, {reasons[1]}"
     return f"{head}. Why: {'; '.join(reasons)}."
+
+
+def _hbm_holds(a: Column, b: Column) -> str:
+    """``, the slots 141 GiB vs 80 GiB of HBM a device hold`` when both capacities are what
+    memory holds (``Column.capacity_limit``, not a stack's cap) and the devices' HBM differs:
+    what a batch ratio of capacities comes from; nothing otherwise."""
+    if (a.capacity_limit, b.capacity_limit) != ("memory", "memory"):
+        return ""
+    if a.hbm_capacity == b.hbm_capacity or not a.hbm_capacity or not b.hbm_capacity:
+        return ""
+    return (
+        f", the slots {human.size(a.hbm_capacity)} vs {human.size(b.hbm_capacity)} of HBM a "
+        "device hold"
+    )
 
 
 def scope(columns: Sequence[Column]) -> str:

@@ -298,7 +298,9 @@ class HardwareBase(StrictModel):
     description: str = Field(default="", description="what the file describes (free text)")
     system: SystemConfig
     power: PowerConfig | None = Field(
-        default=None, description="average draw while serving (none: energy not reported)"
+        default=None,
+        description="draw while serving, an average or a maximum (power.figure; none: energy "
+        "not reported)",
     )
     cost: CostConfig = Field(default_factory=CostConfig, description="prices of time and energy")
     default_stack: str = Field(

@@ -86,16 +86,11 @@ def hardware_origins(path: Path, hardware: Hardware) -> Origins:
             f", set in {chain[setter][0].name})" if setter > 1 else ")"
         )
     fitted = _fitted_entries()
-    for entry in fitted:
-        if not entry.path.startswith(HW_PREFIX) or entry.target not in [f for f, _ in chain[1:]]:
-            continue
-        parts = tuple(entry.path.removeprefix(HW_PREFIX).split("."))
-        held = _setter(chain, parts)
-        if held is not None and chain[held][0] == entry.target:
-            notes.append(
-                f"{entry.path} {_shown(entry.path, _value(hardware, parts))}: fitted by "
-                f"{entry.by()}, inherited from {entry.target.name}"
-            )
+    for entry, parts in _inherited_fits(chain):
+        notes.append(
+            f"{entry.path} {_shown(entry.path, _value(hardware, parts))}: fitted by "
+            f"{entry.by()}, inherited from {entry.target.name}"
+        )
     if setter is not None and setter > 0 and hardware.default_stack != NONE:
         stack_file = stack_path(hardware.default_stack, path)
         if stack_file is not None:
@@ -110,6 +105,67 @@ def hardware_origins(path: Path, hardware: Hardware) -> Origins:
                     )
     notes.extend(_defaults_notes(hardware))
     return Origins(stack, tuple(notes))
+
+
+def _inherited_fits(
+    chain: Sequence[tuple[Path, Mapping[str, Any]]],
+) -> Iterator[tuple[_Fitted, tuple[str, ...]]]:
+    """Each hardware value a shipped calibration fitted on a file the first of ``chain``
+    extends, in force because no file between restates it, with its path's parts: the one
+    rule of ``check``'s notes and of :func:`predicted_words`."""
+    for entry in _fitted_entries():
+        if not entry.path.startswith(HW_PREFIX) or entry.target not in [f for f, _ in chain[1:]]:
+            continue
+        parts = tuple(entry.path.removeprefix(HW_PREFIX).split("."))
+        held = _setter(chain, parts)
+        if held is not None and chain[held][0] == entry.target:
+            yield entry, parts
+
+
+DEVICE_SECTIONS = {"rdu": "socket", "gpu": "gpu"}
+"""Each kind's device section: what a datasheet gives (units, memory, rates)."""
+
+
+def predicted_words(path: Path | str) -> str | None:
+    """What a run or a compare column says of hardware predicted, not measured: a file
+    that keeps values fitted on a machine it extends (``check``'s rule,
+    :func:`_inherited_fits`) while its device section differs from that machine's
+    (``dgx-h200``: the H100's kernel-boundary time and GEMM efficiency, fitted on H100 rows,
+    beside an H200's HBM): ``predicted, not measured: its gpu section differs from
+    dgx-h100.yaml's, whose fitted hw.gpu.kernel.sync, ... it keeps (rdu-sim check dgx-h200
+    lists them)``; None otherwise (a file that only resizes the system, or
+    restates every fitted value, or a file no one extends)."""
+    file = Path(path)
+    if not file.is_file():
+        return None
+    return _predicted(str(file.resolve()), file.stat().st_mtime_ns)
+
+
+@functools.cache
+def _predicted(path: str, _mtime: int) -> str | None:
+    """:func:`predicted_words` of the file at ``path`` (as it was at ``_mtime``)."""
+    file = Path(path)
+    chain = [(f, _mapping(read_yaml(f)[0])) for f in extends_chain(file, "hardware")]
+    by_target: dict[Path, list[str]] = {}
+    for entry, _ in _inherited_fits(chain):
+        by_target.setdefault(entry.target, []).append(entry.path)
+    if not by_target:
+        return None
+    data, lines = read_hardware(file)
+    hardware = validate_hardware(data, str(file), lines)
+    section = DEVICE_SECTIONS[kind_of(hardware)]
+    for target, paths in by_target.items():
+        base_data, base_lines = read_hardware(target)
+        base = validate_hardware(base_data, str(target), base_lines)
+        if getattr(hardware, section) != getattr(base, section):
+            shipped_file = shipped.entries("hardware").get(file.stem)
+            named = file.stem if shipped_file and shipped_file.resolve() == file else str(file)
+            return (
+                f"predicted, not measured: its {section} section differs from "
+                f"{target.name}'s, whose fitted {', '.join(sorted(paths))} it keeps (rdu-sim "
+                f"check {named} lists them)"
+            )
+    return None
 
 
 def _mapping(data: Any) -> Mapping[str, Any]:

@@ -35,10 +35,22 @@ docstring)."""
 NONE_WORDS = (
     "the device alone: no host time; static decode programs over every batch slot (each "
     "decode step reads every slot's KV cache, decoding or not) and one prompt per prefill step"
+    ", padded to its prompt bucket; each slot's KV cache held whole (no paged pool: a GPU "
+    "holds fewer slots than under a paged stack)"
 )
-"""What the stack ``none`` keeps and drops, in words: its description, and the docs'."""
+"""What the stack ``none`` keeps and drops, in words: its description, the docs', and
+``rdu-sim compare``'s where it suggests ``--set stack=none`` (more than the host time moves:
+on an H100 the 70B's batch capacity falls from TensorRT-LLM's 2,048 to the 197 static slots
+its memory holds, and its 2,304-token prefill, padded, takes 152 ms against 115 ms)."""
 
 RunsOn = Literal["rdu", "gpu", "any"]
+
+
+def serves(runs_on: str, kind: str) -> bool:
+    """Whether a stack that runs on ``runs_on`` (``rdu``, ``gpu``, ``any``) serves hardware
+    of ``kind``: the one rule of a stack's refusal (``stack_file.runs_on_problem``) and of
+    ``rdu-sim compare``'s advice to run each column under each stack."""
+    return runs_on in ("any", kind)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.extends import read_extending
 from rdu_sim.config.loader import LineMap, did_you_mean, validate
-from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
+from rdu_sim.config.stack import NO_STACK, NONE, StackConfig, serves
 from rdu_sim.config.yaml_io import file_problem
 
 
@@ -88,7 +88,7 @@ def unknown_stack(named: str, path: Path | None) -> str | None:
 
 def runs_on_problem(stack: StackConfig, kind: str) -> str | None:
     """Why ``stack`` cannot serve hardware of ``kind`` (``rdu``, ``gpu``), or None."""
-    if stack.runs_on in ("any", kind):
+    if serves(stack.runs_on, kind):
         return None
     from rdu_sim.config import shipped
 

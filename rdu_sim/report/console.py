@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rdu_sim import human
+from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
@@ -203,6 +204,8 @@ def header(result: RunSummary) -> Text:
         f"context up to {result.max_context:,} tokens; seed {result.seed}\n"
         f"  {kept_line(result)}\n"
     )
+    if result.predicted is not None:
+        text.append(f"  {result.hardware}: {result.predicted}\n")
     capacity = capacity_line(result)
     if capacity is not None:
         text.append(f"  {capacity}\n")
@@ -412,8 +415,10 @@ def energy_rows(energy: Energy | None) -> list[tuple[str, str]]:
     per_million = energy.usd_per_million_output_tokens
     return [
         (
-            "energy (average draw)",
-            f"{human.si(energy.joules, 'J')} at {human.si(energy.average_power_w, 'W')}",
+            # the file's draw over the makespan, whatever the load: not the run's average
+            "energy (at the hardware file's power)",
+            f"{human.si(energy.joules, 'J')} at {human.si(energy.average_power_w, 'W')}, "
+            f"{figure_words(energy.power_figure)}",
         ),
         ("output tokens per joule", human.number(energy.output_tokens_per_joule)),
         (
@@ -479,13 +484,24 @@ def _bound_label(step: DecodeStepBound | None) -> str:
     return bound_label(step.times()[step.bound], step.step_s)
 
 
+def decode_shape_words(batch: int, context: int) -> str:
+    """A decode step's shape, ``batch 32, 4,096 cached tokens``: the words of a run's decode
+    step row and of ``rdu-sim run --step``'s line."""
+    return f"batch {batch:,}, {context:,} cached tokens"
+
+
 def _decode_step_words(result: RunSummary) -> str:
-    """What the run's decode step is: under speculative decoding the target's verify step,
-    k + 1 tokens a slot (the draft's steps are not among the target's steps)."""
+    """What the run's decode step is, the one it ran most often, with its shape
+    (:func:`decode_shape_words`, as the prefill row names its step's tokens): under
+    speculative decoding the target's verify step, k + 1 tokens a slot (the draft's steps
+    are not among the target's steps)."""
+    step = result.decode_step
+    shape = "" if step is None else decode_shape_words(step.batch, step.context)
     spec = result.speculation
     if spec is None or spec.decoding is None:
-        return "decode step"
-    return f"verify step ({spec.decoding.draft_tokens + 1} tokens a slot)"
+        return f"decode step ({shape})" if shape else "decode step"
+    tokens = f"{spec.decoding.draft_tokens + 1} tokens a slot"
+    return f"verify step ({tokens}; {shape})" if shape else f"verify step ({tokens})"
 
 
 def _prefill_bound(result: RunSummary) -> str:

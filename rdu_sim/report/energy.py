@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rdu_sim.config.economics import CostConfig, PowerConfig
+from rdu_sim.config.economics import MIXED, CostConfig, PowerConfig
 
 __all__ = ["Energy", "Machine", "energy_of", "fleet_energy", "machine_watts"]
 
@@ -28,12 +28,17 @@ class Energy:
     """Power, energy and cost of one run (``usd`` and ``usd_per_million_output_tokens``
     None when the socket-hour has no price)."""
 
+    # the hardware files' draw (``power``; the key keeps its name): not the run's average,
+    # which the simulator does not model, but the file's figure whatever the load
     average_power_w: float
     joules: float
     output_tokens_per_joule: float | None
     energy_usd: float
     usd: float | None
     usd_per_million_output_tokens: float | None
+    # what that draw is (``power.figure``: ``average``, ``maximum``; ``mixed`` for a fleet
+    # of both; ``config.economics.figure_words`` says it)
+    power_figure: str = "average"
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,9 @@ def fleet_energy(
         else:
             hire_usd += m.sockets * makespan_s / 3600.0 * m.cost.usd_per_socket_hour
     usd = hire_usd + energy_usd if priced else None
+    figures = {m.power.figure for m in machines if m.power is not None}
     return Energy(
+        power_figure=figures.pop() if len(figures) == 1 else MIXED,
         average_power_w=watts,
         joules=joules,
         output_tokens_per_joule=output_tokens / joules if output_tokens else None,

@@ -93,6 +93,7 @@ from rdu_sim.compiler.placement import (
 )
 from rdu_sim.compiler.program import TIERS, Placement
 from rdu_sim.config.hardware_file import Hardware, device_noun
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.config.workload import FixedLength, LognormalLength, UniformLength
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.kv.policies import KeptCounts, kept_counts
@@ -596,6 +597,10 @@ class RunSummary:
     kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
     # weights held whole on every device beyond their slices (absent from the JSON else)
     weight_replicas: WeightReplicas | None = None
+    # hardware predicted, not measured (``config.origins.predicted_words``: its device
+    # differs from the machine whose fitted values it keeps); None (JSON null) else, a leaf
+    # every result holds (``sweep.run.full_names``)
+    predicted: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: nested plain dicts, lists for pairs. The provenance is kept
@@ -917,4 +922,5 @@ def summarize(run: ServingRun) -> RunSummary:
         speculation=speculation,
         kv_pool=kv_pool_summary(run, makespan),
         weight_replicas=WeightReplicas.of(run.placement),
+        predicted=predicted_words(scenario.hardware_file),
     )
