@@ -146,15 +146,15 @@ def _predicted(path: str, _mtime: int) -> str | None:
     """:func:`predicted_words` of the file at ``path`` (as it was at ``_mtime``)."""
     file = Path(path)
     chain = [(f, _mapping(read_yaml(f)[0])) for f in extends_chain(file, "hardware")]
-    by_target: dict[Path, list[str]] = {}
+    fitted_in: dict[Path, list[str]] = {}
     for entry, _ in _inherited_fits(chain):
-        by_target.setdefault(entry.target, []).append(entry.path)
-    if not by_target:
+        fitted_in.setdefault(entry.target, []).append(entry.path)
+    if not fitted_in:
         return None
     data, lines = read_hardware(file)
     hardware = validate_hardware(data, str(file), lines)
     section = DEVICE_SECTIONS[kind_of(hardware)]
-    for target, paths in by_target.items():
+    for target, paths in fitted_in.items():
         base_data, base_lines = read_hardware(target)
         base = validate_hardware(base_data, str(target), base_lines)
         if getattr(hardware, section) != getattr(base, section):
