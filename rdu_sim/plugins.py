@@ -124,6 +124,29 @@ def names(registry: Mapping[str, object]) -> list[str]:
     return sorted(registry)
 
 
+def make(registry: Mapping[str, type[T]], field: str, name: str) -> T:
+    """A fresh instance of the class a policy registry holds as ``name`` (its own state),
+    the one a workload's ``field`` names; ValueError naming the valid ones."""
+    policy = lookup(registry, name)
+    if policy is None:
+        raise ValueError(
+            f"unknown {field} {name!r}; valid: {', '.join(names(registry))} " + ELSEWHERE
+        )
+    return policy()
+
+
+def check_name(
+    kind: str, field: str, registry: Mapping[str, object], name: str, file: str, line: int | None
+) -> None:
+    """ConfigError naming ``file`` (at ``line``, where the name is written) and ``field``
+    when no ``kind`` has that name (checked before a run simulates anything, and by
+    ``rdu-sim check``)."""
+    if lookup(registry, name) is None:
+        from rdu_sim.config.errors import ConfigError  # (pydantic: only for the error)
+
+        raise ConfigError.single(file, field, unknown(kind, name, names(registry)), line)
+
+
 def _named() -> list[tuple[str, str]]:
     """Every plugin module named now, with where: the variable's, in its order, then the
     entry points', sorted by name (deterministic whatever order the installer left)."""

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 from rdu_sim import plugins
-from rdu_sim.config.errors import ConfigError
 from rdu_sim.native import mypyc_attr
 
 if TYPE_CHECKING:  # (numpy: a workload's check imports the registry without it)
@@ -178,23 +177,11 @@ def batching_names() -> list[str]:
 
 def make_batching(name: str) -> BatchingPolicy:
     """A fresh policy of the given name (its own state); ValueError naming the valid ones."""
-    policy = batching_class(name)
-    if policy is None:
-        raise ValueError(
-            f"unknown serving.prefill_priority {name!r}; valid: {', '.join(batching_names())} "
-            + plugins.ELSEWHERE
-        )
-    return policy()
+    return plugins.make(_REGISTRY, "serving.prefill_priority", name)
 
 
 def check_batching(name: str, file: str, line: int | None = None) -> None:
     """ConfigError naming ``file`` (at ``line``, where the name is written) and
     ``serving.prefill_priority`` when no policy has that name (checked before a run
     simulates anything, and by ``rdu-sim check``)."""
-    if batching_class(name) is None:
-        raise ConfigError.single(
-            file,
-            "serving.prefill_priority",
-            plugins.unknown("batching policy", name, batching_names()),
-            line,
-        )
+    plugins.check_name("batching policy", "serving.prefill_priority", _REGISTRY, name, file, line)

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 from rdu_sim import plugins
-from rdu_sim.config.errors import ConfigError
 
 if TYPE_CHECKING:  # (numpy: a workload's check imports the registry without it)
     from rdu_sim.serving.clock import Clock
@@ -162,22 +161,11 @@ def preemption_names() -> list[str]:
 
 def make_preemption(name: str) -> PreemptionPolicy:
     """A fresh policy of the given name (its own state); ValueError naming the valid ones."""
-    policy = preemption_class(name)
-    if policy is None:
-        raise ValueError(
-            f"unknown serving.preemption {name!r}; valid: {', '.join(preemption_names())} "
-            + plugins.ELSEWHERE
-        )
-    return policy()
+    return plugins.make(_REGISTRY, "serving.preemption", name)
 
 
 def check_preemption(name: str, file: str, line: int | None = None) -> None:
-    """ConfigError naming ``file`` (at ``line``) and ``serving.preemption`` when no policy
-    has that name (checked before a run simulates anything, and by ``rdu-sim check``)."""
-    if preemption_class(name) is None:
-        raise ConfigError.single(
-            file,
-            "serving.preemption",
-            plugins.unknown("preemption policy", name, preemption_names()),
-            line,
-        )
+    """ConfigError naming ``file`` (at ``line``, where the name is written) and
+    ``serving.preemption`` when no policy has that name (checked before a run
+    simulates anything, and by ``rdu-sim check``)."""
+    plugins.check_name("preemption policy", "serving.preemption", _REGISTRY, name, file, line)
