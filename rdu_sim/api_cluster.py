@@ -53,6 +53,7 @@ from rdu_sim.compiler.view import compile_role
 from rdu_sim.config import shipped
 from rdu_sim.config.cluster import UnreadRouterFieldWarning
 from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.config.overrides import API, overridden
 from rdu_sim.config.show import cut_middle
 from rdu_sim.input_errors import InputError
@@ -106,6 +107,7 @@ class PoolResolved:
             batch_slots=self.runtime.config.batch_slots,
             prefix_cache_blocks=self.runtime.prefix_blocks,
             ranks=self.pool.ranks,
+            predicted=predicted_words(scenario.hardware_file),
         )
 
 

@@ -94,3 +94,45 @@ def test_a_batch_ratio_of_memory_capacities_names_the_hbm_behind_it() -> None:
     # capped by the stack, the HBM does not explain the batch and is not named
     capped = compare(WORKLOAD, ["dgx-h100", "dgx-h200"], {"serving.batch_slots": "auto"})
     assert "of HBM a device hold" not in capped.verdicts[0]
+
+
+def test_check_and_cluster_reports_say_when_hardware_is_predicted(tmp_path: Path) -> None:
+    """What a run says of predicted hardware, ``rdu-sim check`` says before it (of the
+    hardware file and of a workload on it) and a cluster's report says of the pool on it."""
+    import yaml
+    from click.testing import CliRunner
+
+    from rdu_sim.api_cluster import run_cluster
+    from rdu_sim.cli.main import cli
+    from rdu_sim.report.cluster_console import render_cluster
+
+    h200 = shipped.locate("dgx-h200", ("hardware",))
+    said = predicted_words(h200)
+    assert said is not None
+    workload = tmp_path / "w.yaml"
+    llama = shipped.locate("llama3.1-8b-1socket", ("workload",))
+    workload.write_text(llama.read_text().replace("../hw_configs/sn40l.yaml", str(h200)))
+    out = CliRunner().invoke(cli, ["check", str(h200), str(workload), str(H100)]).output
+    assert out.count(said) == 2, out  # the hardware's and the workload's, not the H100's
+    assert f"\n    dgx-h200: {said}\n" in out
+    assert "hardware 'dgx-h100': 8 GPUs, default stack 'tensorrt-llm'\n" in out
+
+    pools = {
+        "h200": {"workload": str(llama), "replicas": 1, "set": {"hardware": "dgx-h200"}},
+        "h100": {"workload": str(llama), "replicas": 1, "set": {"hardware": "dgx-h100"}},
+    }
+    traffic = {"rate": 4.0, "requests": 6, "prompt_tokens": 64, "output_tokens": 4, "seed": 1}
+    cluster = tmp_path / "cluster.yaml"
+    slo = {"ttft": "1 s", "tpot": "100 ms", "attainment": 0.9}
+    fields = {"name": "c", "pools": pools, "traffic": traffic, "slo": slo}
+    cluster.write_text(yaml.safe_dump(fields))
+    summary = run_cluster(cluster).summary()
+    assert summary.pools["h200"].predicted == said and summary.pools["h100"].predicted is None
+    data = summary.to_dict()["pools"]
+    assert data["h200"]["predicted"] == said and data["h100"]["predicted"] is None
+    from rich.console import Console
+
+    console = Console(record=True, width=400)
+    console.print(render_cluster(summary))
+    text = console.export_text()
+    assert text.count(said) == 1 and f"dgx-h200: {said}" in text

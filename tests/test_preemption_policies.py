@@ -233,6 +233,29 @@ def test_a_policy_given_parameters_says_policies_take_none(field: str) -> None:
     assert "registered under a name of its own" in error and "Where to add a batching" in error
 
 
+def test_a_kv_policy_or_router_given_parameters_says_where_they_go(tmp_path: Path) -> None:
+    """A KV policy's parameters are kv's other fields and a router's settings router's: a
+    mapping in their name's place says so, not pydantic's "a valid string"."""
+    result = invoke("run", LLAMA, "--set", "kv.policy={name: snapstream, budget: 4096}")
+    error = one_error(result, "kv.policy", "its parameters are kv's other fields")
+    assert "kv.budget" in error and "valid string" not in error
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "name": "pol",
+                "pools": {"serve": {"workload": str(LLAMA), "replicas": 2}},
+                "router": {"policy": {"name": "round_robin", "seed": 3}},
+                "traffic": {"rate": 4, "requests": 8, "prompt_tokens": 128, "output_tokens": 16},
+                "slo": {"ttft": "2 s", "tpot": "100 ms", "attainment": 0.9},
+            },
+            sort_keys=False,
+        )
+    )
+    error = clean_error(invoke("run", cluster), "router.policy", "router's other fields")
+    assert "router.seed" in error and "valid string" not in error
+
+
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The preemption registry as it is, restored after the test (it registers its own)."""

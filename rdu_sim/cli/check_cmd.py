@@ -43,7 +43,7 @@ from rdu_sim.config.hardware_file import (
 )
 from rdu_sim.config.kinds import KIND_WORDS, KINDS_HELP, file_kind, misspelt_kind_key
 from rdu_sim.config.loader import LineMap, read_yaml
-from rdu_sim.config.origins import hardware_origins
+from rdu_sim.config.origins import hardware_origins, predicted_words
 from rdu_sim.config.overrides import in_context
 from rdu_sim.config.parallelism import describe_layout
 from rdu_sim.config.stack_file import (
@@ -148,10 +148,12 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             bound = trace_experts(workload.coe)
             trace = _read_trace(path, file, serving.trace_format, bound)
         _check_plan(scenario, trace)  # what its run refuses before simulating
+        predicted = predicted_words(scenario.hardware_file)  # as its run will say it
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "
             f"kv={workload.kv.policy})"
+            + ("" if predicted is None else f"\n    {scenario.hardware.name}: {predicted}")
         )
     if kind == "hardware":
         data, lines = read_hardware(path)  # with the file it extends, if any
@@ -163,6 +165,7 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
                 f"hardware {hardware.name!r}: "
                 f"{human.count(hardware.system.sockets, device_noun(hardware))}, "
                 f"default stack {stack}{origins.stack}",
+                *filter(None, [predicted_words(path)]),
                 *origins.notes,
             )
         )

@@ -19,7 +19,7 @@ from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import MIN_RATE
 from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds, ShortSeconds
-from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand
+from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand, named_only
 from rdu_sim.sim_warnings import RduSimWarning
 
 Role = Literal["mixed", "prefill", "decode"]
@@ -49,7 +49,14 @@ class PoolConfig(StrictModel):
 class RouterConfig(StrictModel):
     """How an arriving request (and a prefilled one, when disaggregated) picks a replica."""
 
-    policy: str = Field(
+    policy: Annotated[
+        str,
+        named_only(
+            "its settings are router's other fields (router.load_refresh, router.seed), and a "
+            "variant is a router registered under a name of its own, from a plugin "
+            '(docs/cluster.md, "How a cluster runs")'
+        ),
+    ] = Field(
         default="least_outstanding",
         min_length=1,
         max_length=100,

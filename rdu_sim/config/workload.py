@@ -50,10 +50,29 @@ def _buckets_word(value: Any) -> Any:
     return value
 
 
+def named_only(where: str) -> BeforeValidator:
+    """A policy is named, never configured: a mapping or a list (``{name: aging_spf, rate:
+    100}``) is refused, saying ``where`` its parameters or variants go instead."""
+
+    def name_or_refuse(value: Any) -> Any:
+        if isinstance(value, dict | list):
+            raise ValueError(f"expected a policy's registered name (a string); {where}")
+        return value
+
+    return BeforeValidator(name_or_refuse, json_schema_input_type=str)
+
+
 class KVConfig(StrictModel):
     """KV-cache policy and its parameters (SnapKV / StreamingLLM defaults, see docs/kv.md)."""
 
-    policy: str = Field(
+    policy: Annotated[
+        str,
+        named_only(
+            "its parameters are kv's other fields (kv.budget or kv.compression_ratio, "
+            'kv.sinks, kv.recent, kv.observation_window, ...: docs/kv.md, "Parameters and '
+            'defaults")'
+        ),
+    ] = Field(
         default="full",
         min_length=1,
         max_length=100,
@@ -160,19 +179,14 @@ LengthDistribution = Annotated[
 ]
 
 
-def _policy_name(value: Any) -> Any:
-    """A policy is named, never configured: a mapping or a list (``{name: aging_spf, rate:
-    100}``) is refused saying how a variant is made instead."""
-    if isinstance(value, dict | list):
-        raise ValueError(
-            "expected a policy's registered name (a string); policies take no parameters: a "
-            "variant (aging_spf at another rate, say) is a subclass registered under a name of "
-            'its own, from a plugin (docs/architecture.md, "Where to add a batching policy")'
-        )
-    return value
-
-
-PolicyName = Annotated[str, BeforeValidator(_policy_name, json_schema_input_type=str)]
+PolicyName = Annotated[
+    str,
+    named_only(
+        "policies take no parameters: a variant (aging_spf at another rate, say) is a subclass "
+        'registered under a name of its own, from a plugin (docs/architecture.md, "Where to add '
+        'a batching policy")'
+    ),
+]
 """A registered policy's name (``serving.prefill_priority``, ``serving.preemption``)."""
 
 

@@ -67,6 +67,13 @@ def pools_table(result: ClusterSummary) -> Table:
     return table
 
 
+def predicted_lines(result: ClusterSummary) -> list[str]:
+    """A line per hardware file the pools run that is predicted, not measured (a single
+    run's line, ``report.console``), each hardware once."""
+    said = {pool.hardware: pool.predicted for pool in result.pools.values() if pool.predicted}
+    return [f"{hardware}: {words}" for hardware, words in said.items()]
+
+
 def kept_lines(result: ClusterSummary) -> list[str]:
     """Each pool's KV slot and what its policy cut of the requests it held, a line a pool
     (the single run's words, ``report.console.kept_words``)."""
@@ -320,6 +327,7 @@ def render_cluster(result: ClusterSummary) -> Group:
     parts: list[str | Table] = [
         head,
         pools_table(result),
+        *predicted_lines(result),
         *kept_lines(result),
         goodput_table(result),
         latency_table(latencies),

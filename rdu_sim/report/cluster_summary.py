@@ -112,6 +112,8 @@ class PoolSummary:
     requests: int = 0
     kv_kept: KeptCounts | None = None
     kv_pool: PoolKVPool | None = None  # a paged KV cache's (absent from the JSON else)
+    # hardware predicted, not measured (``config.origins.predicted_words``), as a run says it
+    predicted: str | None = None
 
 
 @dataclass(frozen=True)
