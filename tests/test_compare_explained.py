@@ -136,3 +136,42 @@ def test_check_and_cluster_reports_say_when_hardware_is_predicted(tmp_path: Path
     console.print(render_cluster(summary))
     text = console.export_text()
     assert text.count(said) == 1 and f"dgx-h200: {said}" in text
+
+
+def test_step_and_plan_say_when_hardware_is_predicted(tmp_path: Path) -> None:
+    """``rdu-sim step`` (its header and JSON) and ``rdu-sim plan`` (its second line and JSON,
+    by hardware name) say what a run says of predicted hardware; measured hardware, null."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import cli
+
+    said = predicted_words(shipped.locate("dgx-h200", ("hardware",)))
+    runner = CliRunner()
+    step = ["step", "llama3.1-8b-1socket", "--batch", "2", "--context", "256"]
+    text = runner.invoke(cli, [*step, "--set", "hardware=dgx-h200"]).output
+    assert text.splitlines()[1] == f"dgx-h200: {said}"
+    data = json.loads(runner.invoke(cli, [*step, "--set", "hardware=dgx-h200", "--json"]).output)
+    assert data["predicted"] == said
+    measured = runner.invoke(cli, [*step, "--set", "hardware=dgx-h100", "--json"]).output
+    assert json.loads(measured)["predicted"] is None
+
+    llama = shipped.locate("llama3.1-8b-1socket", ("workload",))
+    pools = {"serve": {"workload": str(llama), "replicas": 1, "set": {"hardware": "dgx-h200"}}}
+    traffic = {"rate": 4.0, "requests": 6, "prompt_tokens": 64, "output_tokens": 4, "seed": 1}
+    slo = {"ttft": "1 s", "tpot": "100 ms", "attainment": 0.9}
+    fields = {"name": "c", "pools": pools, "traffic": traffic, "slo": slo}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(fields))
+    spec = tmp_path / "plan.yaml"
+    spec.write_text(yaml.safe_dump({"cluster": "cluster.yaml", "search": {"tp": [1]}}))
+    plan = ["plan", str(spec), "--no-progress", "--db", str(tmp_path / "p.sqlite")]
+    assert json.loads(runner.invoke(cli, [*plan, "--json"]).stdout)["predicted"] == {
+        "dgx-h200": said
+    }
+    assert runner.invoke(cli, plan).stdout.splitlines()[1] == f"dgx-h200: {said}"
+    fields["pools"]["serve"]["set"] = {"hardware": "dgx-h100"}  # type: ignore[index]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(fields))
+    plan[-1] = str(tmp_path / "q.sqlite")
+    assert json.loads(runner.invoke(cli, [*plan, "--json"]).stdout)["predicted"] is None

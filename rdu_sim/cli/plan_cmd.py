@@ -244,6 +244,8 @@ def _print(result: PlanResult, as_json: bool) -> None:
         f"{human.target_percent(slo['attainment'])} of requests{_offered_words(summary)}; "
         f"{summary['evaluations']} cluster runs ({result.db})"
     )
+    for hardware, words in (summary["predicted"] or {}).items():  # as a run's header says
+        out.print(f"{hardware}: {words}", markup=False, soft_wrap=True)
     rows = summary["configurations"]
     best = summary["cheapest"]
     if best is None:

@@ -28,20 +28,21 @@ streams: ``routed_experts``, ``experts_per_token``, ``loading``, ``whole_over_de
 per routing its ``tokens``, ``expected_distinct`` experts of uniform routing and experts or
 slots ``streamed``; absent for whole experts paced by their busiest device, whose
 ``expert_balance`` says theirs; the console's ``routed experts`` line), the workload, model
-and hardware names, ``layout`` (the parallel degrees by their ``parallelism.*`` names: tp,
-dp_attention, ep, pp, micro_batches) and ``batch_of`` (``attention_rank`` under
-data-parallel attention, where the step is one rank's and ``batch`` that rank's; else
-``replica``), ``memory`` (the memory plan the step runs on: ``plan_slots``, the workload's
-batch slots or the step's batch when larger, as a served step of that batch runs;
-``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live, which the console
-says on a ``weights`` line when any are in DDR), ``bound`` (``report.bound``: each
-resource's time alone as ``NAME_s``, the largest as ``resource``, ``host_hidden_s`` the
-overlapped host time the device hid, ``unaccounted_s`` the step's time no resource
-explains), ``parts`` (``report.bound.step_parts``: the step's time in parts that add up to
-``step_s``, the binding resource's time, ``idle`` the kernels' execution it did not take,
-and the serial parts beside it: ``boundaries``, ``runtime`` the host's, ``host_link`` the
-logits' trip to it, ``launch``, ``pipeline``; the console's ``the step's parts`` line), for
-a default decode step of fewer sequences than the batch slots
+and hardware names, ``predicted`` (None, or for hardware predicted rather than measured what
+a run's header says, ``config.origins.predicted_words``), ``layout`` (the parallel degrees
+by their ``parallelism.*`` names: tp, dp_attention, ep, pp, micro_batches) and ``batch_of``
+(``attention_rank`` under data-parallel attention, where the step is one rank's and
+``batch`` that rank's; else ``replica``), ``memory`` (the memory plan the step runs on:
+``plan_slots``, the workload's batch slots or the step's batch when larger, as a served step
+of that batch runs; ``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its weights live,
+which the console says on a ``weights`` line when any are in DDR), ``bound``
+(``report.bound``: each resource's time alone as ``NAME_s``, the largest as ``resource``,
+``host_hidden_s`` the overlapped host time the device hid, ``unaccounted_s`` the step's time
+no resource explains), ``parts`` (``report.bound.step_parts``: the step's time in parts that
+add up to ``step_s``, the binding resource's time, ``idle`` the kernels' execution it did
+not take, and the serial parts beside it: ``boundaries``, ``runtime`` the host's,
+``host_link`` the logits' trip to it, ``launch``, ``pipeline``; the console's ``the step's
+parts`` line), for a default decode step of fewer sequences than the batch slots
 ``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
 console's header), and with pipeline stages ``pipeline`` (stages, micro_batches, stage_s,
 stage_layers (each stage's decoder layers), binding_stage (the slowest, whose devices the
@@ -308,6 +309,8 @@ def _print_tables(
         f"{human.count(data['tokens'], 'new token')}, {data['context']:,} cached tokens"
         f"{windows}{attends_words(data['phase'], data['tokens'])}"
     )
+    if data["predicted"] is not None:  # as a run's header says it
+        console.print(f"{data['hardware']}: {data['predicted']}", markup=False)
     if prompt is not None:
         console.print(prompt, markup=False)
     console.print(

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from rdu_sim import human
+from rdu_sim.cluster.scenario import ClusterScenario
 from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.plan.margin import margin
 from rdu_sim.plan.search import PlanResult, Search, _rank
 from rdu_sim.plan.spec import Configuration, LoadedPlan
@@ -261,6 +263,17 @@ def _offered(result: PlanResult) -> float | None:
     return next((rate for rate in rates if rate is not None), None)
 
 
+def predicted_pools(cluster: ClusterScenario) -> dict[str, str] | None:
+    """By hardware name, what a run says of each pool's hardware predicted rather than
+    measured (``config.origins.predicted_words``); None when every pool's is measured."""
+    said = {
+        pool.scenario.hardware.name: words
+        for pool in cluster.pools
+        if (words := predicted_words(pool.scenario.hardware_file)) is not None
+    }
+    return said or None
+
+
 def plan_summary(result: PlanResult) -> dict[str, Any]:
     """The plan's JSON: the cheapest configuration meeting the SLO, the rows, the effort, and
     the provenance (the simulator, the plan spec and its cluster file; each configuration's
@@ -275,6 +288,7 @@ def plan_summary(result: PlanResult) -> dict[str, Any]:
             "device": result.plan.base.device,  # what `sockets` counts: 'socket' or 'GPU'
             "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "attainment": slo.attainment},
             "slo_met": cheapest is not None,  # the outcome: also the exit status (0, else 1)
+            "predicted": predicted_pools(result.plan.base),
             "offered_requests_per_s": _offered(result),
             "cheapest": cheapest,
             "configurations": rows,

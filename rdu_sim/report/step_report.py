@@ -9,7 +9,8 @@ is ``StepTiming.to_dict()`` plus what the step's program and workload say of it:
 (``compiler.step_work``), ``experts`` (a MoE step's routed experts), ``prompt`` (which
 prompt a default prefill step times), ``batch_note`` (why a default decode step runs fewer
 sequences than the batch slots), ``bound`` (``report.bound``), ``layout``,
-``batch_of``, ``kv_layout``, the workload, model, hardware and stack names, and
+``batch_of``, ``kv_layout``, the workload, model, hardware and stack names, ``predicted``
+(``config.origins.predicted_words``: hardware predicted, not measured; else None), and
 ``provenance``. Every key is described in ``rdu_sim/cli/step_cmd.py``'s docstring.
 """
 
@@ -27,6 +28,7 @@ from rdu_sim.compiler.step_work import (
     model_flops,
     model_flops_fraction,
 )
+from rdu_sim.config.origins import predicted_words
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
 from rdu_sim.report.bound import step_bound, step_parts
@@ -91,6 +93,7 @@ class StepReport:
             model=scenario.model.name,
             hardware=scenario.hardware.name,
             stack=scenario.stack.name,
+            predicted=predicted_words(scenario.hardware_file),
             bound={
                 "resource": bound.bound,
                 **{f"{k}_s": v for k, v in bound.times().items()},
