@@ -5,12 +5,19 @@ them).
 
 The step is estimated both ways on this hardware, one socket, each resource at its sustained
 rate: the HBM's bytes (weights and KV cache read and written) at its bandwidth x efficiency,
-the collectives at their bounds on the links (`collective_bound_s`), the matrix FLOPs at peak;
-the step takes its busiest resource's time (a roofline: the chain of a batch-1 step is left
-out, and it charges the gather, not the replication). Replicating wins only when its extra
-reads cost the step less than the link time it saves (the gather, and three quarters of the
-combine's bytes) does: where the links bind, not where the HBM does, and never for a plan
-that does not hold the weights whole.
+the collectives at their bounds on the links (`collective_bound_s`), the matrix FLOPs at peak.
+The resources' times compose as the device composes its step (`StepEstimate.time_s`, the one
+rule): on SN40L a kernel's stages stream concurrently and its collectives run chunk by chunk
+inside it, so the step takes its busiest resource's time (a roofline: the chain of a batch-1
+step is left out, and it charges the gather, not the replication); a GPU runs its kernels one
+after another, the collectives as kernels of their own, so its step is each operator's busier
+of HBM and compute, one after another, plus the collectives, each with the device time at its
+kernel's boundary (``gpu.kernel.sync``; a fusion level that keeps them inside the layer's
+kernel, ``full``, adds none) (`engine.gpu`). Replicating wins
+only when its extra reads cost the step less than the link time it saves (the gather, and
+three quarters of the combine's bytes) does: on SN40L where the links bind, not where the HBM
+does; on a GPU, whose collectives never hide, wherever the link time saved outweighs the
+extra reads. Never for a plan that does not hold the weights whole.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from rdu_sim.compiler.fusion import fusion_level
 from rdu_sim.compiler.layout import ShardPlan
 from rdu_sim.compiler.mla_queries import query_operators
 from rdu_sim.compiler.sharding import shard_graph
+from rdu_sim.config.gpu import GpuHardwareConfig
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.wiring import peer_levels
 from rdu_sim.graph import GraphGroup, operators
@@ -69,15 +78,23 @@ def collective_bound_s(system: SystemConfig, kind: str, nbytes: float, group: in
 
 @dataclass(frozen=True)
 class StepEstimate:
-    """One socket's step, each resource's time at its sustained rate (seconds)."""
+    """One socket's step, each resource's time at its sustained rate (seconds), and how the
+    device composes them."""
 
     hbm_s: float
     link_s: float
     compute_s: float
+    operators_s: float  # each operator's busier of HBM and compute, one after another
+    boundaries_s: float  # the collectives' own kernels' boundaries (a GPU's)
+    serial: bool  # the device runs its kernels one after another (a GPU)
 
     @property
     def time_s(self) -> float:
-        """The busiest resource's time."""
+        """The step as the device composes it: a GPU's operators one after another and its
+        collectives' kernels after them (nothing hides under another kernel); SN40L's
+        busiest resource (its kernels stream every resource at once)."""
+        if self.serial:
+            return self.operators_s + self.link_s + self.boundaries_s
         return max(self.hbm_s, self.link_s, self.compute_s)
 
 
@@ -101,21 +118,29 @@ def step_estimate(
     """The step of ``groups`` (its unsharded graphs and their calls) sharded on ``plan``,
     its collectives on ``system``'s links."""
     hardware = scenario.hardware
-    hbm = link = flops = 0.0
+    bandwidth = hardware.hbm.bandwidth * hardware.hbm.efficiency
+    # a GPU's collective is a kernel of its own unless the layer is one kernel
+    boundary = (
+        hardware.gpu.kernel.sync
+        if isinstance(hardware, GpuHardwareConfig) and fusion_level(scenario) != "full"
+        else 0.0
+    )
+    hbm = link = compute = each = boundaries = 0.0
     for group in groups:
         for node in operators(shard_graph(group.graph, plan)):
-            hbm += group.count * (node.weight_read_bytes + node.kv_read_bytes + node.kv_write_bytes)
-            flops += group.count * node.flops
+            read = (node.weight_read_bytes + node.kv_read_bytes + node.kv_write_bytes) / bandwidth
+            flops = node.flops / hardware.peak_flops
+            hbm += group.count * read
+            compute += group.count * flops
+            each += group.count * max(read, flops)
             if node.collective is not None:
                 bound = collective_bound_s(
                     system, node.collective, node.collective_bytes, node.group
                 )
                 link += group.count * bound
-    return StepEstimate(
-        hbm / (hardware.hbm.bandwidth * hardware.hbm.efficiency),
-        link,
-        flops / hardware.peak_flops,
-    )
+                boundaries += group.count * boundary
+    serial = isinstance(hardware, GpuHardwareConfig)
+    return StepEstimate(hbm, link, compute, each, boundaries, serial)
 
 
 def replicates(
@@ -123,7 +148,8 @@ def replicates(
 ) -> bool:
     """Whether the step of ``groups`` makes every head's queries on every socket: ``plan``
     holds their weights whole, a socket can make them, and the step's estimate on
-    ``system``'s links is shorter that way than gathering them."""
+    ``system``'s links, composed as the device composes its step, is shorter that way than
+    gathering them."""
     if not plan.whole_queries or not any(query_operators(g.graph, plan) for g in groups):
         return False
     gather = step_estimate(scenario, groups, replace(plan, replicate_queries=False), system)
