@@ -242,10 +242,11 @@ class LoadedPlan:
             for path, value in (template.get("set") or {}).items():
                 paths[f"{decode}.set.{path}"] = value
             fields.update({k.replace(pool, decode, 1): v for k, v in fields.items()})
-        slo = self.spec.slo.model_dump(exclude_none=True) if self.spec.slo is not None else {}
+        slo = self.spec.slo
+        given = {} if slo is None else {name: getattr(slo, name) for name in slo.given()}
         written = {
             name: exact_duration(value) if name in ("ttft", "tpot") else value
-            for name, value in slo.items()
+            for name, value in given.items()
         }
         return {**paths, **fields, **{f"slo.{name}": value for name, value in written.items()}}
 
