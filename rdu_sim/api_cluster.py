@@ -48,6 +48,7 @@ from rdu_sim.cluster.traffic import (
     load_traffic,
 )
 from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.placement import unrunnable_note
 from rdu_sim.compiler.program import Placement
 from rdu_sim.compiler.view import compile_role
 from rdu_sim.config import shipped
@@ -106,6 +107,7 @@ class PoolResolved:
             batch_slots=self.runtime.config.batch_slots,
             prefix_cache_blocks=self.runtime.prefix_blocks,
             ranks=self.pool.ranks,
+            batch_note=unrunnable_note(scenario, self.runtime.config.batch_slots),
         )
 
 

@@ -67,6 +67,16 @@ def pools_table(result: ClusterSummary) -> Table:
     return table
 
 
+def batch_lines(result: ClusterSummary) -> list[str]:
+    """Each pool whose batch_slots the serving stack has no program of: that it runs them
+    as if it had (a lone run's words, ``PoolSummary.batch_note``), a line a pool."""
+    return [
+        f"slots of pool {name}: {pool.batch_note}"
+        for name, pool in result.pools.items()
+        if pool.batch_note is not None
+    ]
+
+
 def kept_lines(result: ClusterSummary) -> list[str]:
     """Each pool's KV slot and what its policy cut of the requests it held, a line a pool
     (the single run's words, ``report.console.kept_words``)."""
@@ -320,6 +330,7 @@ def render_cluster(result: ClusterSummary) -> Group:
     parts: list[str | Table] = [
         head,
         pools_table(result),
+        *batch_lines(result),
         *kept_lines(result),
         goodput_table(result),
         latency_table(latencies),

@@ -112,6 +112,9 @@ class PoolSummary:
     requests: int = 0
     kv_kept: KeptCounts | None = None
     kv_pool: PoolKVPool | None = None  # a paged KV cache's (absent from the JSON else)
+    # that the serving stack has no program of the pool's batch_slots and runs them as if
+    # it had (``compiler.placement.unrunnable_note``; absent from the JSON else)
+    batch_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +321,8 @@ class ClusterSummary(ClusterMeta):
             kept = self.pools[name].kv_kept
             if kept is not None:
                 pool["kv_kept"] = kept.to_dict()
+            if pool["batch_note"] is None:
+                del pool["batch_note"]
             if pool["kv_pool"] is None:
                 del pool["kv_pool"]
             else:
