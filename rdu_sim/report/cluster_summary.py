@@ -152,12 +152,13 @@ class OfferedLoad:
 @dataclass(frozen=True)
 class ClassSummary:
     """One request class: its requests, how many were served and rejected, the share that
-    met the SLO, and its latency percentiles over the served ones."""
+    met the SLO (None for a class no request fell in: no share of nothing), and its
+    latency percentiles over the served ones."""
 
     requests: int
     served: int
     rejected: int
-    goodput_fraction: float
+    goodput_fraction: float | None
     ttft_s: Percentiles
     tpot_s: Percentiles
     queue_delay_s: Percentiles
