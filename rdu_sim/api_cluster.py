@@ -48,6 +48,7 @@ from rdu_sim.cluster.traffic import (
     load_traffic,
 )
 from rdu_sim.compiler.errors import CapacityError
+from rdu_sim.compiler.placement import unrunnable_note
 from rdu_sim.compiler.program import Placement
 from rdu_sim.compiler.view import compile_role
 from rdu_sim.config import shipped
@@ -108,6 +109,7 @@ class PoolResolved:
             prefix_cache_blocks=self.runtime.prefix_blocks,
             ranks=self.pool.ranks,
             predicted=predicted_words(scenario.hardware_file),
+            batch_note=unrunnable_note(scenario, self.runtime.config.batch_slots),
         )
 
 
@@ -477,14 +479,16 @@ def plan_cluster(
     cluster: ClusterScenario, backend: Backend | None = None
 ) -> tuple[ContextFit, ClassLabels | None, list[PoolResolved]]:
     """What a cluster run reads, decides and refuses before it simulates: its traffic, fit to
-    the context; each request's class; each pool's batch slots and memory plan
+    the context; each request's class (by its lengths as the traffic sent them: a class
+    describes the offered traffic, so a request truncate cut is counted where it was sent,
+    as reject counts it); each pool's batch slots and memory plan
     (:func:`resolve_pools`, a refusal naming the pool); that each pool's paged KV pool holds
     every request (``serving.limits.check_pool``); a prefix cache's trace hashes.
     ``rdu-sim check`` calls it, so it refuses a cluster as its run would."""
     config = cluster.config
     requests = load_traffic(cluster)
     fit = fit_context(requests, cluster.max_context, config.traffic.over_context)
-    labels = class_labels(fit.requests, config.classes, cluster.file)
+    labels = class_labels(requests, config.classes, cluster.file)  # as sent: before a cut
     pools = resolve_pools(cluster, backend)
     admitted = ~fit.rejected  # a rejected request reaches no pool
     prompts, outputs = fit.requests.prompt_tokens[admitted], fit.requests.output_tokens[admitted]

@@ -128,6 +128,8 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
         assert attributes.pop(f"pools.{name}.kv_kept.stays") == ""
         assert pool.kv_pool is None  # static slots: no paged KV pool (the key is left out)
         del attributes[f"pools.{name}.kv_pool"]
+        assert pool.batch_note is None  # slots the stack has a program of (the key left out)
+        del attributes[f"pools.{name}.batch_note"]
     assert summary.lockstep is None  # (no pool's ranks step together: the key is left out)
     del attributes["lockstep"]
     assert attributes.pop("prefix_cache.evicted_for_room") is None  # (static slots' cache)

@@ -835,6 +835,23 @@ def test_a_composition_of_experts_column_times_one_expert_in_its_own_memory_plan
     assert "--vary coe.experts: compare does not time a Composition of Experts' serving" in text
 
 
+def test_a_composition_of_experts_column_says_the_stacks_cap_as_a_run_does() -> None:
+    """Under SambaStack the CoE's batch capacity is the stack's (its powers_of_two programs)
+    below the slots its HBM region holds (``coe_room``, a run's ``room for``): the column
+    says so as every other column does; it printed the capacity bare, as memory's."""
+    from rdu_sim.cli.compare_cmd import _cap
+    from rdu_sim.serving.coe import coe_capacity, coe_room, router_scenario
+
+    (column,) = compare(COE, ["sn40l-8"]).columns
+    scenario = api.load(COE)
+    assert scenario.workload.coe is not None
+    router = router_scenario(scenario, scenario.workload.coe)
+    holds = coe_room(scenario, router)
+    assert column.batch_capacity == coe_capacity(scenario, router) < holds
+    assert (column.capacity_limit, column.memory_capacity) == ("batch_programs", holds)
+    assert _cap(column) == f" (the stack's batch_programs; memory holds {holds:,})"
+
+
 def test_a_composition_of_experts_batch_that_leaves_no_expert_room_does_not_fit() -> None:
     """A batch whose KV cache leaves HBM no room for one expert is a column that does not
     fit, with the CoE plan's reason (as a run refuses it), where the model alone still fits."""

@@ -210,12 +210,16 @@ def test_hardware_schema_accepts_unit_strings() -> None:
 
 
 def test_the_schema_says_what_a_bare_number_means() -> None:
-    """`ttft: 500` is 500 seconds (a forgotten ms): an editor showing the schema says so."""
+    """`ttft: 500` would be 500 seconds (a forgotten ms, refused): an editor showing the
+    schema says where a bare number stops being taken."""
     from rdu_sim.cli.schema_cmd import json_schema
 
     ttft = json_schema("cluster")["$defs"]["SLOConfig"]["properties"]["ttft"]
     (number,) = [b for b in ttft["anyOf"] if b.get("type") == "number"]
-    assert number["description"] == "a bare number is seconds; or give a unit"
+    assert number["description"] == (
+        "a bare number is seconds, below 60 (more is a forgotten unit: write it, as in 500 ms); "
+        "or give a unit"
+    )
     capacity = HardwareConfig.model_json_schema()["$defs"]["MemoryTierConfig"]["properties"]
     (number,) = [b for b in capacity["capacity"]["anyOf"] if b.get("type") == "number"]
     assert number["description"].startswith("a bare number is bytes")
@@ -417,10 +421,11 @@ def test_a_bare_time_in_seconds_and_any_time_with_its_unit_are_read(value: str) 
 
 
 def test_a_workload_duration_may_be_bare() -> None:
-    """An SLO is a duration of any size: `ttft: 2` is 2 s, not a forgotten unit."""
-    from rdu_sim.config.cluster import SLOConfig
+    """A trace's window and a load refresh are durations of any size: `end: 3600` is an hour
+    (an SLO's targets have ceilings: tests/test_slo_units.py)."""
+    from rdu_sim.config.cluster import RouterConfig
 
-    assert SLOConfig.model_validate({"ttft": 2, "tpot": 0.5}).ttft == 2.0
+    assert RouterConfig.model_validate({"load_refresh": 600}).load_refresh == 600.0
 
 
 @pytest.mark.parametrize(
@@ -453,14 +458,14 @@ def test_a_quantity_out_of_range_is_told_in_its_unit(override: str, message: str
 
 def test_a_bare_time_past_its_bound_says_it_is_seconds() -> None:
     """A duration written bare past its field's bound: in words, and the units meant."""
-    from rdu_sim.config.cluster import SLOConfig
+    from rdu_sim.config.cluster import RouterConfig
     from rdu_sim.config.loader import validate
 
     with pytest.raises(ConfigError) as info:
-        validate(SLOConfig, {"ttft": 1e8, "tpot": 1}, "slo.yaml", {})
+        validate(RouterConfig, {"load_refresh": 1e8}, "router.yaml", {})
     assert str(info.value) == (
-        "slo.yaml: ttft: must be at most 116 days, got 1,157 days (a bare number is seconds: "
-        "write the unit, as in '1e+08 us' or '1e+08 ms')"
+        "router.yaml: load_refresh: must be at most 1 h, got 1,157 days (a bare number is "
+        "seconds: write the unit, as in '1e+08 us' or '1e+08 ms')"
     )
 
 

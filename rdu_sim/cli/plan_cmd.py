@@ -74,6 +74,8 @@ def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
         if best["excluded_up_to_units"]:
             text += f"; {best['excluded_up_to_units']} unit(s) and fewer ruled out by a miss"
         lines.append(text)
+    if best.get("batch_note"):
+        lines.append(f"  batch_slots={best['batch_slots']}: {best['batch_note']}")
     if best.get("kv_trade"):
         lines.append(f"  {best['kv_trade']}")
     if best.get("kv_transfer"):
@@ -81,6 +83,13 @@ def _answer_lines(best: dict[str, Any], device: str) -> list[str]:
     if best.get("run_command"):
         lines.append(f"  reproduce: {best['run_command']}")
     return lines
+
+
+def _batch_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Under the table, each batch the serving stack has no program of, once: that it runs
+    as if it had (the rows' ``batch_note``)."""
+    notes = {row["batch_slots"]: row.get("batch_note") for row in rows}
+    return [f"slots {slots}: {note}" for slots, note in notes.items() if note]
 
 
 def _quantile(summary: dict[str, Any]) -> str:
@@ -264,6 +273,8 @@ def _print(result: PlanResult, as_json: bool) -> None:
     out.print(_table(summary))
     if any(row["replicas"] is None or row["goodput_one_unit_fewer"] is None for row in rows):
         out.print(MISSING_NOTE, markup=False)
+    for line in _batch_lines(rows):
+        out.print(line, markup=False)
     lines = _why_lines(summary)
     if lines:
         out.print(f"Why each binds ({_quantile(summary)}, the SLO's), and what would move it:")

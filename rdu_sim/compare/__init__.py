@@ -89,6 +89,7 @@ from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import over_pool_words, step_batch
 from rdu_sim.serving.coe import (
     coe_capacity,
+    coe_room,
     expert_step_scenario,
     region_experts,
     router_scenario,
@@ -439,20 +440,22 @@ def _hardware_file(given: str) -> Path:
         raise ConfigError([dataclasses.replace(issue, message=said)]) from None
 
 
-def _coe_expert(scenario: Scenario, batch: int | None) -> tuple[Scenario, int, int]:
+def _coe_expert(scenario: Scenario, batch: int | None) -> tuple[Scenario, int, int, int]:
     """A Composition of Experts' columns time one expert as its run does
     (``serving.coe``): the scenario its steps run (the embedding table read from DDR), the
-    batch capacity of its memory plan (the slots that leave HBM room for the router and one
-    cached expert, not the whole HBM), and the decode batch (``batch``, else
-    ``serving.batch_slots``, a number for a CoE); CapacityError when that batch leaves no
-    expert room, as the run says it."""
+    batch capacity of its memory plan (of the slots that leave HBM room for the router and
+    one cached expert, not the whole HBM, the most the stack runs), those slots (what
+    memory holds, ``coe_room``: a run's ``room for``), and the decode batch (``batch``,
+    else ``serving.batch_slots``, a number for a CoE); CapacityError when that batch leaves
+    no expert room, as the run says it."""
     coe = scenario.workload.coe
     assert coe is not None
     router = router_scenario(scenario, coe)
+    holds = coe_room(scenario, router)
     capacity = coe_capacity(scenario, router)
     slots = batch if batch is not None else scenario.workload.serving.slots_for(lambda: capacity)
     region_experts(scenario, router, slots)  # raises when not one expert fits beside them
-    return expert_step_scenario(scenario), capacity, slots
+    return expert_step_scenario(scenario), capacity, holds, slots
 
 
 def _column(scenario: Scenario, side: Variant, batch: int | None, context: int | None) -> Column:
@@ -518,8 +521,8 @@ def _column(scenario: Scenario, side: Variant, batch: int | None, context: int |
             if over is not None:
                 return replace(base, reason=over)
         else:
-            timed, capacity, slots = _coe_expert(scenario, batch)
-            holds, limit = capacity, "memory"
+            timed, capacity, holds, slots = _coe_expert(scenario, batch)
+            limit = scenario.stack.batch_limit(holds)  # as a lone expert's: the stack's cap
         decode = default_step_shape(timed, "decode", batch=slots, context=context)
         cost = backend.step_cost(timed, decode)
         # the typical prompt as a server runs it (its bucket, or chunks): run's prefill_s

@@ -1134,6 +1134,13 @@ def _unrunnable_words(scenario: Scenario, slots: int) -> str:
     )
 
 
+def unrunnable_note(scenario: Scenario, slots: int) -> str | None:
+    """That the serving stack does not run a batch of ``slots`` and runs it as if it did
+    (`_unrunnable_words`, a clause of the run's capacity words), as a sentence for a report
+    that names the batch elsewhere (a cluster's pool, a plan's row); None when it runs it."""
+    return _unrunnable_words(scenario, slots).removeprefix("; ") or None
+
+
 def hbm_fractions(placement: Placement) -> dict[str, float]:
     """Share of each weight tensor that sits in HBM (the rest is in DDR)."""
     sizes: dict[str, list[int]] = {}

@@ -18,7 +18,14 @@ from pydantic import Field, field_validator, model_validator
 from rdu_sim.config.base import StrictModel
 from rdu_sim.config.errors import FieldProblem
 from rdu_sim.config.limits import MIN_RATE
-from rdu_sim.config.units import Bytes, BytesPerSecond, Seconds, ShortSeconds
+from rdu_sim.config.units import (
+    Bytes,
+    BytesPerSecond,
+    Seconds,
+    ShortSeconds,
+    TPOTSeconds,
+    TTFTSeconds,
+)
 from rdu_sim.config.workload import LengthDistribution, TraceFormat, fixed_shorthand, named_only
 from rdu_sim.sim_warnings import RduSimWarning
 
@@ -204,13 +211,14 @@ class TrafficConfig(StrictModel):
 
 
 TTFTTarget = Annotated[
-    Seconds, Field(gt=0, le=_MAX_SECONDS, description="time to first token target")
+    TTFTSeconds, Field(gt=0, le=_MAX_SECONDS, description="time to first token target")
 ]
-"""An SLO's TTFT target (SLOConfig's field and SLOOverride's: the bounds in one place)."""
+"""An SLO's TTFT target (SLOConfig's field and SLOOverride's: the bounds in one place); a
+bare number of a minute or more is refused as a forgotten unit (``ttft: 500`` meaning ms)."""
 TPOTTarget = Annotated[
-    Seconds, Field(gt=0, le=_MAX_SECONDS, description="time per output token target")
+    TPOTSeconds, Field(gt=0, le=_MAX_SECONDS, description="time per output token target")
 ]
-"""An SLO's TPOT target."""
+"""An SLO's TPOT target; a bare number of a second or more is refused as a forgotten unit."""
 Attainment = Annotated[
     float,
     Field(
@@ -246,12 +254,13 @@ class SLOOverride(StrictModel):
     attainment: Attainment | None = _kept("attainment")
 
     def over(self, slo: SLOConfig) -> SLOConfig:
-        """``slo`` with the fields this gives replaced."""
-        return slo.model_copy(update=self.model_dump(exclude_none=True))
+        """``slo`` with the fields this gives replaced (the values held, not a dump's: a
+        target past its bare ceiling dumps as text with its unit)."""
+        return slo.model_copy(update={name: getattr(self, name) for name in self.given()})
 
     def given(self) -> list[str]:
         """The fields it gives, in field order."""
-        return [name for name, value in self.model_dump().items() if value is not None]
+        return [name for name in type(self).model_fields if getattr(self, name) is not None]
 
 
 class ClassesConfig(StrictModel):

@@ -391,8 +391,22 @@ host's time per step, per slot or per token) written as a bare number is seconds
 internal unit; one of a tenth of a second or more (``sync: 10`` meaning 10 us) is a
 forgotten unit, refused naming how it reads, where it would otherwise run every kernel
 boundary for seconds. No such time of a machine or a serving stack comes near: the shipped
-ones are 0.5 us to 1.6 ms. A duration of a workload (an SLO, a trace's window) is
-:data:`Seconds`, a bare number of any size."""
+ones are 0.5 us to 1.6 ms. An SLO's target takes the same rule with its own ceiling
+(:data:`BARE_TTFT_CEILING`, :data:`BARE_TPOT_CEILING`); a duration of a workload with no
+such ceiling (a trace's window, a load refresh) is :data:`Seconds`, a bare number of any
+size."""
+
+BARE_TTFT_CEILING = 60.0
+"""A time-to-first-token target written as a bare number is seconds; one of a minute or
+more is a forgotten unit (``ttft: 500`` meaning 500 ms read as 8.3 minutes), refused as a
+bare latency at or above :data:`BARE_SECONDS_CEILING` is. TTFT targets are set at 0.1 to
+about 10 s (MLPerf's are 0.45 to 6 s; a long-context one tens of seconds), and one written
+in milliseconds is 100 or more. A longer target is still taken with its unit (``2 min``)."""
+
+BARE_TPOT_CEILING = 1.0
+"""A time-per-output-token target written as a bare number is seconds; one of a second or
+more (``tpot: 40`` meaning 40 ms) is a forgotten unit: a token a second is slower than
+anyone reads, and TPOT targets are 10 to 200 ms. A longer one is still taken with its unit."""
 
 
 def _forgotten_seconds(number: float) -> bool:
@@ -401,17 +415,57 @@ def _forgotten_seconds(number: float) -> bool:
     return number >= BARE_SECONDS_CEILING
 
 
+def _forgotten_ttft(number: float) -> bool:
+    """Whether a bare TTFT target reads as a forgotten unit (:data:`BARE_TTFT_CEILING`)."""
+    return number >= BARE_TTFT_CEILING
+
+
+def _forgotten_tpot(number: float) -> bool:
+    """Whether a bare TPOT target reads as a forgotten unit (:data:`BARE_TPOT_CEILING`)."""
+    return number >= BARE_TPOT_CEILING
+
+
+def _guarded_seconds(
+    value: Any, forgotten: Callable[[float], bool], longer_than: str, units: Sequence[str]
+) -> float:
+    """Seconds as :func:`parse_seconds` reads them, refusing a bare number ``forgotten``
+    takes for a forgotten unit: how it reads, that it is ``longer_than`` the field's kind
+    of time, and the number with each of ``units``."""
+    number, unit = _split(value, _TIME_UNITS.kind, "2 us")
+    if not unit and forgotten(number):
+        n = f"{number:g}"
+        shown = [f"'{n} {u}'" for u in units]
+        written = f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else shown[0]
+        reads = f"{n} s" if number < 60 else f"{n} s ({human.duration(number)})"
+        raise UnitError(
+            f"{_shown(value)} without a unit reads as {reads}, longer than {longer_than}; "
+            f"write the unit, as in {written}"
+        )
+    return _scaled(number, _TIME_UNITS.scale(unit, value), _TIME_UNITS.kind, value)
+
+
 def parse_short_seconds(value: Any) -> float:
     """ "2 us" -> 2e-6, as :func:`parse_seconds`; a bare number at or above
     :data:`BARE_SECONDS_CEILING` is refused as a forgotten unit."""
-    number, unit = _split(value, _TIME_UNITS.kind, "2 us")
-    if not unit and _forgotten_seconds(number):
-        n = f"{number:g}"
-        raise UnitError(
-            f"{_shown(value)} without a unit reads as {n} s, longer than a latency or an "
-            f"overhead takes; write the unit, as in '{n} ns', '{n} us' or '{n} ms'"
-        )
-    return _scaled(number, _TIME_UNITS.scale(unit, value), _TIME_UNITS.kind, value)
+    return _guarded_seconds(
+        value, _forgotten_seconds, "a latency or an overhead takes", ("ns", "us", "ms")
+    )
+
+
+def parse_ttft_target(value: Any) -> float:
+    """An SLO's TTFT target, as :func:`parse_seconds`; a bare number at or above
+    :data:`BARE_TTFT_CEILING` is refused as a forgotten unit."""
+    return _guarded_seconds(
+        value, _forgotten_ttft, "a time-to-first-token target is set at", ("ms", "s")
+    )
+
+
+def parse_tpot_target(value: Any) -> float:
+    """An SLO's TPOT target, as :func:`parse_seconds`; a bare number at or above
+    :data:`BARE_TPOT_CEILING` is refused as a forgotten unit."""
+    return _guarded_seconds(
+        value, _forgotten_tpot, "a time-per-output-token target is set at", ("ms", "s")
+    )
 
 
 def parse_bandwidth(value: Any) -> float:
@@ -583,6 +637,28 @@ ShortSeconds = Annotated[
     _reads_back(_forgotten_seconds, "s", float | str),
 ]
 """A latency or an overhead of a machine or a serving stack (:func:`parse_short_seconds`)."""
+TTFTSeconds = Annotated[
+    float,
+    Parsed(
+        parse_ttft_target,
+        json_schema_input_type=_quantity(
+            _TIME_UNITS, "seconds, below 60 (more is a forgotten unit: write it, as in 500 ms)"
+        ),
+    ),
+    _reads_back(_forgotten_ttft, "s", float | str),
+]
+"""An SLO's time-to-first-token target (:func:`parse_ttft_target`)."""
+TPOTSeconds = Annotated[
+    float,
+    Parsed(
+        parse_tpot_target,
+        json_schema_input_type=_quantity(
+            _TIME_UNITS, "seconds, below 1 (more is a forgotten unit: write it, as in 40 ms)"
+        ),
+    ),
+    _reads_back(_forgotten_tpot, "s", float | str),
+]
+"""An SLO's time-per-output-token target (:func:`parse_tpot_target`)."""
 _BARE_RATE = f"at least {BARE_RATE_FLOOR:.0e} (less is a forgotten unit)".replace("e+0", "e")
 BytesPerSecond = Annotated[
     float,
@@ -608,6 +684,8 @@ UNIT_OF_PARSER: dict[Any, str] = {
     parse_capacity: "bytes",
     parse_seconds: "s",
     parse_short_seconds: "s",
+    parse_ttft_target: "s",
+    parse_tpot_target: "s",
     parse_bandwidth: "bytes/s",
     parse_flops: "FLOP/s",
     parse_watts: "W",

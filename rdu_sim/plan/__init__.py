@@ -40,10 +40,12 @@ def check_plan(path: str | Path) -> str:
             f"{len(infeasible)} of them cannot run, which plan marks infeasible when it "
             f"reaches them (first: {first.label()}: {why})"
         )
+    notes = {c.batch_slots: loaded.batch_note(c) for c in configurations}
+    programs = "".join(f"; slots={n}: {note}" for n, note in notes.items() if note)
     return (
         f"{loaded.name!r}: {len(configurations)} configuration(s) over cluster "
         f"{loaded.base.config.name!r}, up to {loaded.spec.search.max_replicas} replicas each; "
-        f"SLO {loaded.slo_words()}{link}; {found}"
+        f"SLO {loaded.slo_words()}{link}; {found}{programs}"
     )
 
 

@@ -123,6 +123,7 @@ def _row(search: Search, plan: LoadedPlan) -> dict[str, Any]:
         "one_fewer": None,
         "excluded_up_to_units": search.excluded,
         "kv_trade": None,
+        "batch_note": plan.batch_note(configuration),
         "kv_transfer": None,
         "run_command": None,
         "evaluations": len(search.results),

@@ -174,6 +174,18 @@ class LoadedPlan:
             f"{human.duration(link.latency)} latency ({where})"
         )
 
+    def batch_note(self, configuration: Configuration) -> str | None:
+        """That the serving stack has no program of ``configuration``'s batch slots and runs
+        them as if it had (``compiler.placement.unrunnable_note``, a lone run's words: the
+        template pool's stack, which no search axis changes); None for slots it runs and
+        for ``auto`` (which picks a batch it runs)."""
+        from rdu_sim.compiler.placement import unrunnable_note
+
+        slots = configuration.batch_slots
+        if not isinstance(slots, int):
+            return None
+        return unrunnable_note(self.base.pools[0].scenario, slots)
+
     def error(self, field: str, message: str) -> ConfigError:
         parts = tuple(field.split("."))
         line = next(
@@ -242,10 +254,11 @@ class LoadedPlan:
             for path, value in (template.get("set") or {}).items():
                 paths[f"{decode}.set.{path}"] = value
             fields.update({k.replace(pool, decode, 1): v for k, v in fields.items()})
-        slo = self.spec.slo.model_dump(exclude_none=True) if self.spec.slo is not None else {}
+        slo = self.spec.slo
+        given = {} if slo is None else {name: getattr(slo, name) for name in slo.given()}
         written = {
             name: exact_duration(value) if name in ("ttft", "tpot") else value
-            for name, value in slo.items()
+            for name, value in given.items()
         }
         return {**paths, **fields, **{f"slo.{name}": value for name, value in written.items()}}
 

@@ -182,7 +182,7 @@ def _classes(
             requests=total,
             served=int(served.sum()),
             rejected=int((mask & (cols["status"] == "rejected")).sum()),
-            goodput_fraction=_round(float((good & mask).sum()) / total if total else 0.0),
+            goodput_fraction=_round(float((good & mask).sum()) / total) if total else None,
             ttft_s=latency["ttft_s"],
             tpot_s=latency["tpot_s"],
             queue_delay_s=latency["queue_delay_s"],

@@ -74,6 +74,16 @@ def predicted_lines(result: ClusterSummary) -> list[str]:
     return [f"{hardware}: {words}" for hardware, words in said.items()]
 
 
+def batch_lines(result: ClusterSummary) -> list[str]:
+    """Each pool whose batch_slots the serving stack has no program of: that it runs them
+    as if it had (a lone run's words, ``PoolSummary.batch_note``), a line a pool."""
+    return [
+        f"slots of pool {name}: {pool.batch_note}"
+        for name, pool in result.pools.items()
+        if pool.batch_note is not None
+    ]
+
+
 def kept_lines(result: ClusterSummary) -> list[str]:
     """Each pool's KV slot and what its policy cut of the requests it held, a line a pool
     (the single run's words, ``report.console.kept_words``)."""
@@ -328,6 +338,7 @@ def render_cluster(result: ClusterSummary) -> Group:
         head,
         pools_table(result),
         *predicted_lines(result),
+        *batch_lines(result),
         *kept_lines(result),
         goodput_table(result),
         latency_table(latencies),

@@ -114,6 +114,9 @@ class PoolSummary:
     kv_pool: PoolKVPool | None = None  # a paged KV cache's (absent from the JSON else)
     # hardware predicted, not measured (``config.origins.predicted_words``), as a run says it
     predicted: str | None = None
+    # that the serving stack has no program of the pool's batch_slots and runs them as if
+    # it had (``compiler.placement.unrunnable_note``; absent from the JSON else)
+    batch_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,13 @@ class OfferedLoad:
 @dataclass(frozen=True)
 class ClassSummary:
     """One request class: its requests, how many were served and rejected, the share that
-    met the SLO, and its latency percentiles over the served ones."""
+    met the SLO (None for a class no request fell in: no share of nothing), and its
+    latency percentiles over the served ones."""
 
     requests: int
     served: int
     rejected: int
-    goodput_fraction: float
+    goodput_fraction: float | None
     ttft_s: Percentiles
     tpot_s: Percentiles
     queue_delay_s: Percentiles
@@ -320,6 +324,8 @@ class ClusterSummary(ClusterMeta):
             kept = self.pools[name].kv_kept
             if kept is not None:
                 pool["kv_kept"] = kept.to_dict()
+            if pool["batch_note"] is None:
+                del pool["batch_note"]
             if pool["kv_pool"] is None:
                 del pool["kv_pool"]
             else:
