@@ -349,7 +349,7 @@ def test_failed_points_are_said_over_the_axes(tmp_path: Path) -> None:
     assert note == (
         "16 of 32 points failed and are not drawn, all at hbm.capacity=64 GiB (the first: "
         "RuntimeError: synthetic failure requested by fail_when "
-        "(hw.socket.hbm.capacity=68719476736))"
+        "(hw.socket.hbm.capacity=68719476736)...)"  # the sweep table's words: a traceback follows
     )
     assert len(lines_of(figure)) == 8  # the 128 GiB lines
     shown = figure.axes[0]._left_title.get_window_extent()
@@ -362,3 +362,145 @@ def test_failed_points_are_said_over_the_axes(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["plot", "throughput", str(db), "-o", str(out)])
     assert "note: 16 failed points of 32 not drawn" in result.output
+
+
+def test_throughput_of_a_two_axis_sweep_draws_a_line_per_other_axis(tmp_path: Path) -> None:
+    """``plot throughput`` on batch slots x HBM bandwidth drew every point as one zig-zag
+    line labelled by the KV policy (the batch plot groups by model and policy only): it now
+    draws what ``plot sweep`` draws, a line per bandwidth along the batch."""
+    axes = {"serving.batch_slots": [1, 2, 4], "hw.socket.hbm.bandwidth": ["1 TB/s", "2 TB/s"]}
+    frame = load(grid_db(tmp_path, axes))
+    lines = lines_of(plots.plot("throughput", frame))
+    assert [str(line.get_label()) for line in lines] == [
+        "hbm.bandwidth=1 TB/s",
+        "hbm.bandwidth=2 TB/s",
+    ]
+    assert [list(line.get_xdata()) for line in lines] == [[1, 2, 4], [1, 2, 4]]
+
+
+def test_throughput_of_the_speculation_crossover_draws_a_line_per_setting(
+    tmp_path: Path,
+) -> None:
+    """The shipped crossover zips the batch with the request count and crosses it with a
+    speculation axis: a line per speculation setting, each along the batch."""
+    frame = load(synthetic_db("speculation-crossover", tmp_path))
+    throughput = lines_of(plots.plot("throughput", frame))
+    sweep = lines_of(plots.sweep_plot(frame))
+    assert len(throughput) == 4 and all(len(line.get_xdata()) == 9 for line in throughput)
+    assert [line.get_label() for line in throughput] == [line.get_label() for line in sweep]
+
+
+def bound_frame() -> Any:
+    """Four points of batch slots x HBM bandwidth, each with its decode step's bound, as
+    ``rdu_sim.sweep.load`` gives them (a line per bandwidth shares each batch value)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "status": ["done"] * 4,
+            "serving.batch_slots": [1, 2, 1, 2],
+            "hw.socket.hbm.bandwidth": ["1 TB/s", "1 TB/s", "2 TB/s", "2 TB/s"],
+            "decode_tokens_per_s": [10.0, 20.0, 15.0, 30.0],
+            "decode_step.bound": ["hbm", "hbm", "hbm", "compute"],
+            "decode_step.binds": [True, True, True, False],
+        }
+    )
+    frame.attrs["axes"] = ["serving.batch_slots", "hw.socket.hbm.bandwidth"]
+    return frame
+
+
+def test_bound_markers_are_drawn_on_every_line_of_a_multi_line_plot() -> None:
+    """Each point named its bound only when no other row shared its x: with a line per
+    bandwidth every x is shared, so no marker was drawn. Now each line's points are marked."""
+    figure = plots.sweep_plot(bound_frame())
+    marks = {c.get_label(): c.get_offsets().tolist() for c in figure.axes[0].collections}
+    assert marks == {"HBM-bound": [[1, 10], [2, 20], [1, 15]], "largest: compute": [[2, 30]]}
+    # averaged over an axis left out of the lines: no one bound, no marker
+    averaged = plots.sweep_plot(bound_frame(), by=[])
+    assert not averaged.axes[0].collections
+
+
+def test_a_stopped_sweep_says_how_many_points_it_has_not_run(tmp_path: Path) -> None:
+    """A sweep stopped after its first points plotted those as if they were all, and along
+    the bandwidth (the batch, one value among the stored points, no longer counted as
+    swept). The database records the spec's points before any runs: ``load`` says how many
+    the spec has and holds, the plot stays along the batch and says what is missing."""
+    import sqlite3
+
+    axes = {"serving.batch_slots": [1, 2, 4], "hw.socket.hbm.bandwidth": ["1 TB/s", "2 TB/s"]}
+    db = grid_db(tmp_path, axes)
+    first = list(load(db)["key"][:2])  # grid order: batch 1 at both bandwidths
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM results WHERE key NOT IN (?, ?)", first)
+    connection.close()
+    frame = load(db)
+    assert (frame.attrs["spec_points"], frame.attrs["stored_points"]) == (6, 2)
+    assert frame.attrs["axis_values"]["serving.batch_slots"] == [1, 2, 4]
+    for figure in (plots.sweep_plot(frame), plots.plot("throughput", frame)):
+        ax = figure.axes[0]
+        assert ax.get_xlabel() == axis_title("serving.batch_slots")
+        assert ax.get_title(loc="left") == "4 of 6 points not run yet"
+        assert [str(line.get_label()) for line in lines_of(figure)] == [
+            "hbm.bandwidth=1 TB/s",
+            "hbm.bandwidth=2 TB/s",
+        ]
+    result = CliRunner().invoke(cli, ["plot", "throughput", str(db), "-o", str(tmp_path / "t.png")])
+    assert result.exit_code == 0, result.output
+    assert "note: 4 of 6 points not run yet" in result.output
+    whole = load(grid_db(tmp_path, axes, name="whole"))
+    assert (whole.attrs["spec_points"], whole.attrs["stored_points"]) == (6, 6)
+    assert plots.sweep_plot(whole).axes[0].get_title(loc="left") == ""
+
+
+def test_a_point_that_does_not_fit_is_said_as_the_sweep_table_says_it() -> None:
+    """The note quoted the error's first 110 characters: the exception's class and the
+    workload's absolute path used them up before the reason."""
+    frame = bound_frame()
+    frame.loc[3, "status"] = "failed"
+    frame.loc[3, "decode_tokens_per_s"] = None
+    frame["error"] = [
+        None,
+        None,
+        None,
+        (
+            "WeightsCapacityError: /home/someone/a long/path/workloads/llama3.1-8b-1socket.yaml: "
+            "hw.socket.hbm.capacity: the weights alone do not fit, so not one sequence does: "
+            "llama-3.1-8b weights need 14.96 GiB per socket; serve the weights from DDR\n"
+            "Traceback (most recent call last):"
+        ),
+    ]
+    note = " ".join(plots.sweep_plot(frame).axes[0].get_title(loc="left").split())
+    assert note == (
+        "1 of 4 points failed and are not drawn, all at serving.batch_slots=2, "
+        "hbm.bandwidth=2 TB/s (does not fit: hw.socket.hbm.capacity: the "
+        "weights alone do not fit, so not one sequence does: llama-3.1-8b weights need...)"
+    )
+
+
+def test_a_share_is_labelled_in_percent_with_the_commands_words() -> None:
+    """``--y utilization.hbm`` was labelled with its path and no unit: a utilization reads
+    as every command says it, in %, as a share named ``*_fraction`` or ``*_share`` does."""
+    frame = bound_frame()
+    frame["utilization.hbm"] = [0.5, 0.6, 0.7, 0.8]
+    frame["prefill_step.busy_share"] = [0.1, 0.2, 0.3, 0.4]
+    figure = plots.sweep_plot(frame, y="utilization.hbm")
+    assert figure.axes[0].get_ylabel() == "HBM bandwidth used (of peak) (%)"
+    assert list(lines_of(figure)[0].get_ydata()) == [50.0, 60.0]
+    label = plots.sweep_plot(frame, y="prefill_step.busy_share").axes[0].get_ylabel()
+    assert label == "prefill_step.busy_share (%)"
+
+
+def test_memory_of_a_batch_sweep_goes_along_the_batch(tmp_path: Path) -> None:
+    """A sweep over the batch at one context was titled "vs context" over an x axis of
+    "context (tokens)"; its bars go along the batch slots, and say so."""
+    db = grid_db(tmp_path, {"serving.batch_slots": [4, 1, 2]}, fail_when={"serving.batch_slots": 2})
+    out = tmp_path / "memory.png"
+    result = CliRunner().invoke(cli, ["plot", "memory", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("note: 1 failed point of 3 not drawn") == 1
+    frame = load(db)
+    figure = plots.plot("memory", frame[frame["status"] == "done"])
+    ax = figure.axes[0]
+    assert ax.get_xlabel() == "batch slots"
+    assert "Memory per socket vs batch slots" in " ".join(figure.get_suptitle().split())
+    assert [t.get_text().split("\n")[1] for t in ax.get_xticklabels()] == ["1 slots", "4 slots"]

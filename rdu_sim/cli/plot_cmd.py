@@ -227,7 +227,7 @@ def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any
     """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
     several sweeps, or a sweep and a plan's points, whose rows do not plot together); with
     ``keep_failed`` its failed points too (the sweep plot's note over its axes counts them), else a
-    line on stderr says how many are left out."""
+    line on stderr says how many are left out, and one how many the sweep has not run yet."""
     from rdu_sim.sweep import load
     from rdu_sim.sweep.load import sweep_names
 
@@ -242,9 +242,12 @@ def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any
         if not done.any():
             fail(f"{path}: the sweep database has no finished points to plot")
         if not keep_failed:
+            total = frame.attrs.get("spec_points", len(frame))
             if not done.all():
                 failed = human.count(int((~done).sum()), "failed point")
-                print(f"note: {failed} of {len(frame)} not drawn", file=STDERR)
+                print(f"note: {failed} of {total} not drawn", file=STDERR)
+            if total > len(frame):  # an interrupted sweep (the sweep plot's note says it)
+                print(f"note: {total - len(frame)} of {total} points not run yet", file=STDERR)
             attrs = dict(frame.attrs)  # the axes and the names of what ran, kept through the cut
             frame = frame[done]
             frame.attrs.update(attrs)

@@ -31,6 +31,7 @@ from rdu_sim.report.percentiles import Percentiles
 from rdu_sim.report.speculation import draft_devices
 from rdu_sim.report.summary import (
     OCCUPANCY_FULL,
+    UTILIZATION_LABELS,
     DecodeStepBound,
     OfferedLoad,
     RunSummary,
@@ -41,14 +42,6 @@ from rdu_sim.report.summary import (
 )
 from rdu_sim.report.terminal import wide_console
 from rdu_sim.serving.steady import MIN_TURNOVERS
-
-UTILIZATION_LABELS = {
-    "hbm": "HBM bandwidth used (of peak)",
-    "pcu": "compute busy (PCUs or SMs, share of unit-time)",
-    "flops": "matrix FLOP/s (of peak)",
-}
-"""The one label of each utilization figure, in every command (the definitions:
-``Utilization``'s docstring and docs/serving.md)."""
 
 
 def utilization_rows(utilization: Utilization) -> list[tuple[str, str]]:

@@ -134,16 +134,19 @@ def _lines_by(results: Any) -> tuple[str, ...]:
 
 
 def _throughput(results: Any) -> Figure:
-    """Vs batch when the runs share one context and differ in batch slots, along the swept
-    axis for a sweep that keeps the context, else vs context (a line per other swept
-    axis); the steady window's rate where the runs measured one."""
+    """Along the swept axis for a sweep that keeps the context (a line per other swept axis,
+    as ``plot sweep`` draws it), else vs batch when the runs share one context and differ
+    in batch slots, else vs context (a line per other swept axis); the steady window's
+    rate where the runs measured one. The sweep goes first: the batch plot's lines are
+    the model and KV policy only, so a second swept axis (an HBM bandwidth, a speculation
+    setting) would fold into one zig-zag line."""
+    if _along_other_axis(results):
+        return sweep_plot(results, y=throughput_metric(results))
     runs = as_runs(results)
     contexts = {r.max_context for r in runs}
     batches = {r.batch_slots for r in runs}
     if len(contexts) == 1 and len(batches) > 1:
         return throughput_vs_batch(runs)
-    if _along_other_axis(results):
-        return sweep_plot(results, y=throughput_metric(results))
     return throughput_vs_context(runs, group_by=_lines_by(results))
 
 

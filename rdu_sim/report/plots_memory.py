@@ -7,7 +7,7 @@ several times more slots.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,17 @@ def _context(run: RunPoint) -> int:
     return context
 
 
+def _bars_along(runs: Sequence[RunPoint]) -> tuple[Callable[[RunPoint], int], str]:
+    """What a column's bars go along, and its words: the batch slots when the runs share one
+    context and differ in their batch (a sweep over the batch: "vs context" over bars of
+    one context would be wrong), else the context."""
+    contexts = {_context(r) for r in runs}
+    batches = {r.batch_slots for r in runs}
+    if len(contexts) == 1 and len(batches) > 1 and None not in batches:
+        return (lambda run: int(run.batch_slots or 0)), "batch slots"
+    return _context, "context"
+
+
 MEMORY_COUNTS = (
     "each bar: one socket's memory planned for the slots under it, the batch that point "
     "runs; 'N fit': the slots memory holds beside the weights, where the results say"
@@ -101,7 +112,8 @@ def memory_footprint(
     tiers: Sequence[str] | None = None,
     group_by: Sequence[str] = ("model", "kv_policy"),
 ) -> Figure:
-    """Stacked bars of weights, KV cache, activations and free space per tier vs context.
+    """Stacked bars of weights, KV cache, activations and free space per tier vs context
+    (vs batch slots for runs of one context that differ in their batch).
 
     One row of axes per memory tier, one column per group of runs (by default per model and
     KV policy, so full attention and SnapStream sit side by side); within an axes one bar per
@@ -123,11 +135,12 @@ def memory_footprint(
     if not shown:
         raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
     groups = group_runs(runs, group_by)
+    along, words = _bars_along(runs)
     bars = max(len(members) for members in groups.values())
     fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2), height=3.4)
     row_axes: dict[str, list[Any]] = {}
     for col, (label, members) in enumerate(groups.items()):
-        members = sorted(members, key=_context)
+        members = sorted(members, key=along)
         x = np.arange(len(members))
         for row, tier in enumerate(shown):
             ax = axes[row * len(groups) + col]
@@ -150,7 +163,7 @@ def memory_footprint(
             ax.set_xticks(x, [_tick(r) for r in members], fontsize=8)
             ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
             if row == len(shown) - 1:
-                ax.set_xlabel("context (tokens)")
+                ax.set_xlabel("context (tokens)" if words == "context" else words)
             if col == 0:
                 ax.set_ylabel(f"{tier.upper()} GiB per socket")
     for ax_row in row_axes.values():
@@ -159,7 +172,7 @@ def memory_footprint(
             ax.set_ylim(0, top)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center")
-    figure_title(fig, titled("Memory per socket vs context", runs))
+    figure_title(fig, titled(f"Memory per socket vs {words}", runs))
     note_settings(fig, runs, counts=[MEMORY_COUNTS])
     return fig
 

@@ -54,8 +54,10 @@ from rdu_sim.report.plots_style import (
     plot_steady,
     whole_run_key,
 )
+from rdu_sim.report.summary import UTILIZATION_LABELS
 from rdu_sim.report.sweep_frame import cell_key as _key
 from rdu_sim.report.sweep_frame import swept_axes
+from rdu_sim.report.sweep_table import failure_words
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -80,8 +82,11 @@ METRIC_LABELS: dict[str, tuple[str, float]] = {
     "tpot_s.p50": ("TPOT p50 (ms)", 1e3),
     "tpot_s.p90": ("TPOT p90 (ms)", 1e3),
     "tpot_s.p99": ("TPOT p99 (ms)", 1e3),
+    "occupancy": ("batch slots occupied, mean (%)", 100.0),
+    **{f"utilization.{k}": (f"{words} (%)", 100.0) for k, words in UTILIZATION_LABELS.items()},
 }
-"""Axis label and scale of common metrics (seconds shown in ms, bytes in GiB)."""
+"""Axis label and scale of common metrics (seconds shown in ms, bytes in GiB, a share of a
+whole in %: a run's utilization, with the words every command gives it)."""
 
 _PARSERS: tuple[Callable[[Any], float], ...] = (
     float,
@@ -115,6 +120,8 @@ def _label(metric: str) -> tuple[str, float]:
         return METRIC_LABELS[metric]
     if metric.endswith("_bytes"):
         return f"{metric} (GiB)", 1.0 / 2**30
+    if metric.endswith(("_share", "_fraction", ".fraction")):  # a share of a whole
+        return f"{metric} (%)", 100.0
     if metric.endswith("per_s"):  # a rate, not a time
         return f"{metric} (per s)", 1.0
     if metric.endswith("_s"):
@@ -271,7 +278,9 @@ def design_space(
         )
     if drawn == 0:
         raise PlotInputError(f"no point of the sweep has a value of {y!r}")
-    marked = marks and mark_bounds(ax, runs, y, scale, lambda run: position[cell(run, x)])
+    marked = marks and mark_bounds(
+        ax, [m for _, m in ordered], y, scale, lambda run: position[cell(run, x)]
+    )
     if marks and x == BATCH_AXIS:
         mark_batch_limits(ax, runs)
     ticks = [position[v] for v in xs_all]
@@ -288,8 +297,9 @@ def design_space(
     if by or whole_run or marked:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
-    if left_out:  # over the axes: a footnote would share the bottom with a legend there
-        note = left_out_note(left_out, len(runs), y, names)
+    total, not_run = _point_counts(results, len(runs))
+    if left_out or not_run:  # over the axes: a footnote would share the bottom with a legend
+        note = left_out_note(left_out, total, y, names, not_run=not_run)
         ax.set_title(textwrap.fill(note, NOTE_CHARS), fontsize=7, color="dimgray", loc="left")
     default = f"{ylabel} vs {names[x]}"
     figure_title(fig, title or default[0].upper() + default[1:])
@@ -314,22 +324,28 @@ BOUND_MARKERS = ("s", "^", "D", "v", "P", "X", "h", "<", ">", "*", "p")
 
 
 def mark_bounds(
-    ax: Any, runs: Sequence[RunPoint], y: str, scale: float, at: Callable[[RunPoint], float]
+    ax: Any,
+    lines: Sequence[Sequence[RunPoint]],
+    y: str,
+    scale: float,
+    at: Callable[[RunPoint], float],
 ) -> bool:
-    """On each point with a ``y`` and a ``decode_step.bound``, a black marker whose shape
-    names the resource, filled where it binds the step and hollow where it is only the
-    step's largest part (:func:`bound_mark`), each kind once in the legend; nothing where
-    several rows share an x position (an average has no one bound). Whether it marked any."""
-    placed: dict[float, list[tuple[float, str, str]]] = {}
-    for run in runs:
-        value = _value(run, y, scale)
-        bound = lookup(run, "decode_step.bound", None)
-        if value is None or bound is None:
-            continue
-        label = bound_mark(str(bound), lookup(run, "decode_step.binds", None))
-        placed.setdefault(at(run), []).append((value, str(bound), label))
+    """On each point of each line (the rows of one line of the plot) with a ``y`` and a
+    ``decode_step.bound``, a black marker whose shape names the resource, filled where it
+    binds the step and hollow where it is only the step's largest part (:func:`bound_mark`),
+    each kind once in the legend; nothing where several rows of one line share an x
+    position (an average has no one bound). Whether it marked any."""
+    placed: dict[tuple[int, float], list[tuple[float, str, str]]] = {}
+    for i, members in enumerate(lines):
+        for run in members:
+            value = _value(run, y, scale)
+            bound = lookup(run, "decode_step.bound", None)
+            if value is None or bound is None:
+                continue
+            label = bound_mark(str(bound), lookup(run, "decode_step.binds", None))
+            placed.setdefault((i, at(run)), []).append((value, str(bound), label))
     kinds: dict[str, tuple[str, list[float], list[float]]] = {}
-    for position, points in sorted(placed.items()):
+    for (_, position), points in sorted(placed.items()):
         if len(points) == 1:
             value, bound, label = points[0]
             kinds.setdefault(label, (bound, [], []))[1].append(position)
@@ -386,19 +402,41 @@ def mark_batch_limits(ax: Any, runs: Sequence[RunPoint]) -> None:
 
 
 REASON_CHARS = 110
-"""Characters of a failed point's error the note quotes (its first line)."""
+"""Characters of a failed point's error the note quotes (its first clause, as the sweep's
+table says it: ``sweep_table.failure_words``)."""
 
 NOTE_CHARS = 100
 """Characters of 7-point text a line of the note over the axes holds (their width)."""
 
 
-def left_out_note(left_out: Sequence[RunPoint], total: int, y: str, names: dict[str, str]) -> str:
-    """The note of a plot that leaves points out: how many failed (all at the plotted
-    axes' values they share, with the first one's error) and how many have no ``y``, so a
-    gap in a line is never silent."""
+def _point_counts(results: Any, rows: int) -> tuple[int, int]:
+    """How many points the sweep's spec has and how many of them have no stored row (an
+    interrupted sweep's: ``rdu_sim.sweep.load``'s ``spec_points`` and ``stored_points``);
+    ``rows`` and none for results that do not say."""
+    attrs = getattr(results, "attrs", None) or {}
+    total, stored = attrs.get("spec_points"), attrs.get("stored_points")
+    if not isinstance(total, int) or not isinstance(stored, int):
+        return rows, 0
+    return total, max(0, total - stored)
+
+
+def left_out_note(
+    left_out: Sequence[RunPoint],
+    total: int,
+    y: str,
+    names: dict[str, str],
+    *,
+    not_run: int = 0,
+) -> str:
+    """The note of a plot that leaves points out: how many the sweep has not run yet (an
+    interrupted sweep: ``not_run``), how many failed (all at the plotted axes' values they
+    share, with the first one's error) and how many have no ``y``, so a gap in a line, or
+    a plot of a few points, is never silent."""
     failed = [r for r in left_out if lookup(r, "status", None) == "failed"]
     empty = len(left_out) - len(failed)
     parts = []
+    if not_run:
+        parts.append(f"{not_run} of {total} points not run yet")
     if failed:
         shared = []
         for column, name in names.items():
@@ -406,10 +444,8 @@ def left_out_note(left_out: Sequence[RunPoint], total: int, y: str, names: dict[
             if len(values) == 1:
                 shared.append(f"{name}={values.pop()}")
         where = f", all at {', '.join(shared)}" if shared else ""
-        error = str(lookup(failed[0], "error", "") or "").strip().splitlines()
-        reason = error[0] if error else ""
-        if len(reason) > REASON_CHARS:
-            reason = reason[: REASON_CHARS - 3].rstrip() + "..."
+        error = str(lookup(failed[0], "error", "") or "").strip()
+        reason = failure_words(error, REASON_CHARS) if error else ""
         first = "" if len(failed) == 1 else "the first: "
         parts.append(
             f"{len(failed)} of {total} points failed and are not drawn{where}"

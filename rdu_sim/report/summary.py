@@ -176,6 +176,15 @@ class Utilization:
         return cls(hbm=cost.hbm_util, pcu=cost.pcu_util, flops=cost.flops_util)
 
 
+UTILIZATION_LABELS = {
+    "hbm": "HBM bandwidth used (of peak)",
+    "pcu": "compute busy (PCUs or SMs, share of unit-time)",
+    "flops": "matrix FLOP/s (of peak)",
+}
+"""The one label of each :class:`Utilization` figure, in every command and plot (the
+definitions: its docstring and docs/serving.md)."""
+
+
 OCCUPANCY_FULL = 0.9
 """Mean slot occupancy below which an open-loop run's throughput is set by its offered load
 (slots stood idle waiting for requests) rather than by the machine."""

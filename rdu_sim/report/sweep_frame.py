@@ -21,6 +21,15 @@ def cell_key(value: Any) -> str:
 
 
 def swept_axes(frame: Any) -> list[str]:
-    """The axes of a sweep frame that take more than one value, in the spec's order."""
-    axes = frame.attrs.get("axes", []) if hasattr(frame, "attrs") else []
-    return [a for a in axes if a in frame.columns and len({cell_key(v) for v in frame[a]}) > 1]
+    """The axes of a sweep frame that take more than one value, in the spec's order: over
+    the spec's points where the frame says them (``attrs["axis_values"]``,
+    ``rdu_sim.sweep.load``: an interrupted sweep whose stored points share one batch still
+    sweeps the batch), else over its rows."""
+    attrs = frame.attrs if hasattr(frame, "attrs") else {}
+    axes = attrs.get("axes", [])
+    planned = attrs.get("axis_values") or {}
+
+    def values(axis: str) -> Any:
+        return planned[axis] if axis in planned else frame[axis]
+
+    return [a for a in axes if a in frame.columns and len({cell_key(v) for v in values(a)}) > 1]

@@ -25,6 +25,7 @@ from rdu_sim.report.sweep_frame import swept_axes
 __all__ = [
     "HEADLINE_METRICS",
     "MAX_ROWS",
+    "failure_words",
     "format_metric",
     "short_error",
     "sweep_tables",
@@ -213,22 +214,37 @@ at every point; matched at the start only, a path with spaces in it whole (a pat
 
 
 def _status(record: dict[str, Any]) -> str:
-    """``done``, or ``failed: <the start of its error>`` (:func:`short_error`); a memory
-    plan the run refused, ``does not fit: <field>: <the start of its sentence>``, as a dry
-    run and `check` say it (the class name and the workload's path, the same at every
-    point, would leave no room in the cell for the sentence)."""
+    """``done``, or ``failed: <the start of its error>``, or a memory plan the run refused,
+    ``does not fit: <field>: <the start of its sentence>`` (:func:`failure_words`)."""
     status = str(record.get("status"))
     error = record.get("error")
     if status == "done" or not isinstance(error, str):
         return status
+    words = failure_words(error)
+    return words if words.startswith(DOES_NOT_FIT) else f"{status}: {words}"
+
+
+_ERROR_TYPE = re.compile(r"\w+: ")
+"""The exception type a stored error starts with (``sweep.worker``: type, then message)."""
+
+
+def failure_words(error: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """A failed point's stored error as the sweep table and a sweep plot's note say it: a
+    memory plan the run refused as ``does not fit: <field>: <the start of its sentence>``,
+    as a dry run and `check` say it; any other error as its type and the start of its
+    message (:func:`short_error`, ``limit`` characters of it). The workload's path, the
+    same at every point and a machine's own, is left out either way: it would leave no
+    room for the sentence."""
     refused = _CAPACITY.match(error)
-    if refused is None:
-        return f"{status}: {short_error(error)}"
-    said = error[refused.end() :]
+    kind = _ERROR_TYPE.match(error) if refused is None else refused
+    head = "" if kind is None else error[: kind.end()]
+    said = error[len(head) :]
     at_file = _AT_FILE.match(said)
     if at_file is not None:
         said = said[at_file.end() :]
-    return f"{DOES_NOT_FIT}: {short_error(said)}"
+    if refused is not None:
+        return f"{DOES_NOT_FIT}: {short_error(said, limit)}"
+    return short_error(head + said, limit)
 
 
 CUT = "..."

@@ -10,7 +10,8 @@ run, with its axis values (``Store.set_members``: not the rows an earlier versio
 spec left, and with the rows another sweep ran), in its grid order; else rows are by sweep
 and key.
 ``frame.attrs`` also names the workload, model and hardware the points ran (from each row's
-resolved config), for figure titles.
+resolved config), for figure titles, and says how many points the spec has and how many
+are stored (``spec_points``, ``stored_points``: an interrupted sweep holds fewer).
 
 An export holds the results only: the provenance of each run (when, where and how long it
 ran, how often) differs between two runs of the same points, so it is left out unless
@@ -67,6 +68,7 @@ def load(
             held = store.sweeps()
             sweep = held[0] if len(held) == 1 else None
         rows = store.rows(keys=keys, sweep=sweep)
+        planned = store.members(sweep) if sweep is not None and keys is None else None
     axes: dict[str, None] = {}
     found: dict[str, None] = {}
     rank: dict[str, int] = {}  # metric column -> its metric's place in `metrics`
@@ -100,7 +102,30 @@ def load(
     frame.attrs["integers"] = [c for c in columns if kinds.get(c) == {True}]
     for part, seen in names.items():  # what was simulated, for titles: each name once
         frame.attrs[part] = list(seen)
+    _spec_points(frame, planned)
     return frame
+
+
+def _spec_points(frame: pd.DataFrame, planned: dict[str, str] | None) -> None:
+    """Say in ``frame.attrs`` how many points the sweep's spec has (``spec_points``: the
+    points it recorded before running any, ``Store.members``; the rows' count when it
+    recorded none) and how many the database holds (``stored_points``), so a reader of an
+    interrupted sweep sees what is missing; and each axis's values over the spec's points
+    (``axis_values``, in grid order), so an axis whose stored points share one value (an
+    interrupted sweep's first points) still counts as swept."""
+    frame.attrs["stored_points"] = len(frame)
+    frame.attrs["spec_points"] = len(frame) if planned is None else len(planned)
+    if planned is None:
+        return
+    values: dict[str, dict[str, Any]] = {}
+    for text in planned.values():
+        point = json.loads(text)
+        for axis, value in point.items() if isinstance(point, dict) else ():
+            column = flat_name(axis, "overrides")
+            values.setdefault(column, {}).setdefault(json.dumps(value, sort_keys=True), value)
+    frame.attrs["axis_values"] = {
+        axis: list(seen.values()) for axis, seen in values.items() if axis in frame.columns
+    }
 
 
 def _wanted(stored: dict[str, Any], metrics: Sequence[str] | None) -> dict[str, tuple[int, Any]]:

@@ -666,6 +666,14 @@ class Store:
                     (_MEMBERS + sweep, value),
                 )
 
+    def members(self, sweep: str) -> dict[str, str] | None:
+        """Key -> axis values (JSON) of every point ``sweep``'s spec has, as last run
+        (:meth:`set_members`, recorded before any point runs: the stored rows of an
+        interrupted sweep are fewer), in grid order; None when none were recorded (a plan's
+        points, or an older database's)."""
+        with self._guard("read the sweep's points"):
+            return self._members(sweep)
+
     def _members(self, sweep: str) -> dict[str, str] | None:
         """Key -> axis values (JSON) of the points ``sweep`` recorded, in grid order, or None
         (a plan's, or an older database's: its rows are those whose ``sweep`` column names
