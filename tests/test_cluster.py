@@ -244,6 +244,25 @@ def test_a_set_under_a_misspelt_pool_is_an_unknown_pool(tmp_path: Path) -> None:
     assert [pool.name for pool in more.pools] == ["serve", "more"]
 
 
+def test_a_trace_filter_or_window_from_a_set_names_it() -> None:
+    """A window or filter that --set gave and that leaves no request, or names no column,
+    said so without "(from --set ...)", unlike every other overridden field."""
+    from rdu_sim.cluster.traffic import load_traffic
+
+    chat = ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
+    with pytest.raises(ConfigError) as caught:
+        load_traffic(load_cluster(chat, ["traffic.start=1 h"]))
+    (issue,) = caught.value.issues
+    assert issue.message.endswith("left after filter and window (from --set traffic.start)")
+    with pytest.raises(ConfigError) as caught:
+        load_traffic(load_cluster(chat, ["traffic.filter.Model=x"]))
+    (issue,) = caught.value.issues
+    assert issue.field == "traffic.filter.Model"
+    assert issue.message.endswith(
+        "to filter on (columns besides arrival and lengths: none) (from --set traffic.filter.Model)"
+    )
+
+
 def _remaining(replica: Any) -> int:
     """A replica's load recomputed from its queue and slots (a second way): each request's
     prompt plus the output tokens generated so far (``serving.load``)."""
