@@ -226,6 +226,43 @@ def test_a_cluster_error_names_the_set_that_gave_the_value(tmp_path: Path) -> No
     assert issue.message.endswith("(from --set pools.serve)"), issue.message
 
 
+def test_a_set_under_a_misspelt_pool_is_an_unknown_pool(tmp_path: Path) -> None:
+    """``--set pools.serv.replicas=2`` read as a new pool without a workload, at the file's
+    line of pools (which the user did not write); it is an unknown pool, with the closest
+    name, from that --set. A new pool given with its workload is still a pool."""
+    path = write_cluster(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(path, ["pools.serv.replicas=2"])
+    (issue,) = caught.value.issues
+    assert (issue.field, issue.line) == ("pools.serv", None)
+    assert issue.message == (
+        "unknown pool 'serv'; did you mean 'serve'? (from --set pools.serv.replicas)"
+    )
+    with pytest.raises(ConfigError, match=r"unknown pool 'xyzzy'; the pools: serve \(from"):
+        load_cluster(path, ["pools.xyzzy.replicas=2"])
+    more = load_cluster(path, {"pools.more": {"workload": str(LLAMA), "replicas": 1}})
+    assert [pool.name for pool in more.pools] == ["serve", "more"]
+
+
+def test_a_trace_filter_or_window_from_a_set_names_it() -> None:
+    """A window or filter that --set gave and that leaves no request, or names no column,
+    said so without "(from --set ...)", unlike every other overridden field."""
+    from rdu_sim.cluster.traffic import load_traffic
+
+    chat = ROOT / "workloads" / "clusters" / "llama3.1-8b-chat.yaml"
+    with pytest.raises(ConfigError) as caught:
+        load_traffic(load_cluster(chat, ["traffic.start=1 h"]))
+    (issue,) = caught.value.issues
+    assert issue.message.endswith("left after filter and window (from --set traffic.start)")
+    with pytest.raises(ConfigError) as caught:
+        load_traffic(load_cluster(chat, ["traffic.filter.Model=x"]))
+    (issue,) = caught.value.issues
+    assert issue.field == "traffic.filter.Model"
+    assert issue.message.endswith(
+        "to filter on (columns besides arrival and lengths: none) (from --set traffic.filter.Model)"
+    )
+
+
 def _remaining(replica: Any) -> int:
     """A replica's load recomputed from its queue and slots (a second way): each request's
     prompt plus the output tokens generated so far (``serving.load``)."""

@@ -70,7 +70,8 @@ def test_a_step_batch_too_big_names_batch_and_the_slot_size(l8: Path) -> None:
         "not shrink a slot: the memory plan sizes each for 8192 tokens, whatever a step's "
         "context; lower --batch (at most 130 fit beside the weights in the stack's KV share "
         "(kv_memory_fraction 0.9); 'auto' picks that), reduce serving.max_context (now 8192), "
-        "use kv.policy snapstream (now full) or raise parallelism.tp (now 1, up to the 8 GPUs)"
+        "use kv.policy snapstream (now full), raise parallelism.tp (now 1, up to the 8 GPUs) "
+        "or give each GPU more HBM (hw.gpu.hbm.capacity, now 80 GiB)"
     )
     assert "serving.batch_slots" not in said
     # a --context as long as the slot, or none, says nothing of it; inspect graph alike

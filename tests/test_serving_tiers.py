@@ -95,7 +95,7 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
     note), HBM capacity among the ways out; trial Q's had no file and no field. With 'auto'
     slots, and the file's own 16 slots alike (``memory.weights: hbm``); under a hot set the
     file's slots push it to DDR instead, refused only where their KV cache alone outgrows
-    HBM, at serving.batch_slots' line."""
+    HBM, at serving.batch_slots, naming the override of the HBM (not the weights')."""
     result = CliRunner().invoke(
         cli,
         [
@@ -134,10 +134,16 @@ def test_not_one_sequence_fitting_names_the_file_the_field_and_more_hbm() -> Non
         ],
     )
     assert explicit.exit_code == 2
-    assert explicit.output.startswith(
-        f"error: {LLAMA_8B}:14: serving.batch_slots: the KV cache of 16 slots (16 GiB"
-    ), explicit.output
-    assert "more than its whole HBM (16 GiB) even without the weights" in explicit.output
+    said = " ".join(explicit.output.split())
+    assert said.startswith(
+        f"error: {LLAMA_8B}: serving.batch_slots: the KV cache of 16 slots (16 GiB"
+    ), said
+    assert "more than its whole HBM (16 GiB) even without the weights" in said
+    # the override that made HBM too small is the cause, not the file's line of the slots
+    assert said.endswith(
+        "or give each socket more HBM (hw.socket.hbm.capacity, now 16 GiB) "
+        "(from --set hw.socket.hbm.capacity)"
+    ), said
 
 
 def test_not_one_sequence_fitting_a_file_as_written_is_at_its_max_context_line(

@@ -230,6 +230,24 @@ def test_the_table_says_a_point_that_does_not_fit_as_check_does(tmp_path: Path) 
     assert error.startswith(f"SlotsCapacityError: {BASE}: serving.batch_slots: the KV cache")
 
 
+def test_slots_that_a_swept_hbm_capacity_leaves_no_room_for_blame_the_sweep(
+    tmp_path: Path,
+) -> None:
+    """A point whose swept HBM capacity leaves the base file's slots no room was blamed on
+    the base file's line of serving.batch_slots, without the swept field, and offered no
+    more HBM; it names the sweep's field, without the line, and offers more HBM."""
+    body = "set: {serving.requests: 2}\naxes: {hw.socket.hbm.capacity: [20 GiB]}\n"
+    spec = write_spec(tmp_path, body + "metrics: [decode_tokens_per_s]\n")
+    db = tmp_path / "hbm.sqlite"
+    result = sweep(spec, "--workers", "1", "--db", db)
+    assert result.exit_code == 1, result.output
+    with sqlite3.connect(db) as conn:
+        (error,) = conn.execute("SELECT error FROM results WHERE status = 'failed'").fetchone()
+    assert error.startswith(f"SlotsCapacityError: {BASE}: serving.batch_slots: the KV cache")
+    assert "give each socket more HBM (hw.socket.hbm.capacity, now 20 GiB)" in error
+    assert error.endswith("(from the sweep spec: hw.socket.hbm.capacity)")
+
+
 def test_a_dry_run_and_check_mark_the_points_that_do_not_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

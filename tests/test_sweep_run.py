@@ -191,6 +191,24 @@ def test_an_unknown_metric_is_refused_before_anything_runs(tmp_path: Path) -> No
     assert not (tmp_path / "demo.sqlite").exists()
 
 
+def test_every_unknown_metric_is_refused_not_only_the_first(tmp_path: Path) -> None:
+    """Two misspelt metrics reported the first only; each is an issue at its own index."""
+    text = SPEC.replace("decode_tokens_per_s", "decode_tokens_per_sec")
+    spec = write_spec(tmp_path, text.replace("memory.hbm.kv_bytes", "memory.hbm.kv_byte"))
+    with pytest.raises(ConfigError) as info:
+        check_spec(spec)
+    assert [(i.field, i.message) for i in info.value.issues] == [
+        (
+            "metrics.0",
+            "not in the results: decode_tokens_per_sec (did you mean 'decode_tokens_per_s'?)",
+        ),
+        (
+            "metrics.2",
+            "not in the results: memory.hbm.kv_byte (did you mean 'memory.hbm.kv_bytes'?)",
+        ),
+    ]
+
+
 def test_a_metric_only_a_run_can_refuse_keeps_the_point_then_stops(tmp_path: Path) -> None:
     """A memory tier no result has passes the schema (a run decides the tiers): the first
     point's result is stored, without it, before the sweep stops; a rerun stops again."""

@@ -161,3 +161,32 @@ def test_a_refusal_loses_its_workload_path_whole_and_nothing_after_it() -> None:
         assert _status(record).startswith("does not fit: serving.batch_slots: the KV cache")
     mentioned = {"status": "failed", "error": "CapacityError: weights: sn40l.yaml: too big"}
     assert _status(mentioned) == "does not fit: weights: sn40l.yaml: too big"
+
+
+def test_a_sweep_without_metrics_shows_what_bound_each_point() -> None:
+    """A spec without ``metrics:`` showed throughputs and latencies but not what bound
+    each point (``throughput_bound``, ``decode_step.bound``); both are headline columns."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "hw.socket.hbm.bandwidth": [1.8e12, 3.6e12],
+            "batch_slots": [16, 16],
+            "decode_tokens_per_s": [1000.0, 1500.0],
+            "throughput_bound": ["machine", "machine"],
+            "decode_step.bound": ["hbm", "host"],
+            "decode_step.binds": [True, True],
+            "status": ["done", "done"],
+        }
+    )
+    frame.attrs["axes"] = ["hw.socket.hbm.bandwidth"]
+    (table,) = sweep_tables(frame, width=300)
+    headers = [str(c.header) for c in table.columns]
+    assert headers == [
+        "hw.socket.hbm.bandwidth",
+        "batch_slots",
+        "decode_tokens_per_s",
+        "throughput_bound",
+        "decode_step.bound",
+    ]
+    assert list(table.columns[-1].cells) == ["hbm", "host"]

@@ -384,7 +384,7 @@ def test_a_mooncake_timestamp_as_a_string_reads_as_its_tokens_do(tmp_path: Path)
     assert strings.prompt_tokens.tolist() == [600, 600, 600]
     for value, problem in [
         ("soon", "expected milliseconds (an ASCII decimal number), got 'soon'"),
-        (True, "expected milliseconds (an ASCII decimal number), got True"),
+        (True, "expected milliseconds (an ASCII decimal number), got true"),  # as written
         (-1000, "must be a time >= 0 ms, got -1000"),
         ("-1000", "must be a time >= 0 ms, got '-1000'"),
     ]:
@@ -392,6 +392,13 @@ def test_a_mooncake_timestamp_as_a_string_reads_as_its_tokens_do(tmp_path: Path)
         path = _mooncake(tmp_path, rows, "b.jsonl")
         code, out = _cli("check", str(path))
         assert code == 2 and _errors(out)[0] == f"error: {path}:2: timestamp: {problem}"
+    # beyond a float's range JSON reads as inf: it said "must be a time >= 0 ms, got inf"
+    path = tmp_path / "inf.jsonl"
+    path.write_text('{"timestamp": 1e400, "input_length": 600, "output_length": 5}\n')
+    code, out = _cli("check", str(path))
+    assert code == 2 and _errors(out)[0] == (
+        f"error: {path}:1: timestamp: must be a finite time >= 0 ms, got inf"
+    )
 
 
 def test_check_says_how_many_rows_are_out_of_time_order(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from rdu_sim.config.cluster import ClusterConfig, Role
 from rdu_sim.config.errors import ConfigError
 from rdu_sim.config.hardware_file import device_noun
 from rdu_sim.config.kinds import file_kind_problem, refuse_other_kind
-from rdu_sim.config.loader import LineMap, read_yaml, validate
+from rdu_sim.config.loader import LineMap, did_you_mean, read_yaml, validate
 from rdu_sim.config.overrides import (
     HW_PREFIX,
     SET,
@@ -270,6 +270,32 @@ def _set_cluster_path(raw: dict[str, Any], path: str, value: Any, file: str) -> 
     set_path(raw, ".".join(parts[:3]), {**(mapping or {}), parts[3]: value}, file)
 
 
+def _refuse_unknown_pools(
+    data: Mapping[str, Any], raw: Mapping[str, Any], file: str, overrides: GivenOverrides
+) -> None:
+    """An override under a pool the file does not have, and that gives it no workload (a
+    misspelt ``--set pools.serv.replicas=2``), is an unknown pool, with the closest name
+    (``config.loader.did_you_mean``), from that override: not the missing workload of a new
+    pool at a line of the file the user did not write. A new pool given whole (its
+    workload with it) is the file's to validate."""
+    given = data.get("pools")
+    pools = raw.get("pools")
+    if not isinstance(given, Mapping) or not isinstance(pools, Mapping):
+        return
+    for path in overrides:
+        parts = path.split(".")
+        if parts[0] != "pools" or len(parts) < 2 or parts[1] in given:
+            continue
+        pool = pools.get(parts[1])
+        if isinstance(pool, Mapping) and "workload" in pool:
+            continue
+        names = list(given)
+        hint = did_you_mean(parts[1], names) or f"; the pools: {', '.join(names)}"
+        problem = f"unknown pool {parts[1]!r}{hint}"
+        error = ConfigError.single(file, f"pools.{parts[1]}", problem)
+        raise overridden(error, file, overrides)
+
+
 def build_cluster(
     data: Mapping[str, Any],
     *,
@@ -297,6 +323,7 @@ def build_cluster(
                 f"a pool's workload: use pools.NAME.set={{{path}: ...}}",
             )
         _set_cluster_path(raw, path, value, file)
+    _refuse_unknown_pools(data, raw, file, normalized)
     try:
         config = validate(ClusterConfig, raw, file, lines)
     except ConfigError as exc:

@@ -146,7 +146,10 @@ def replay(table: TraceTable, traffic: TrafficConfig, file: str) -> ClusterReque
     index = index[:limit].astype(np.int64)
     if len(index) == 0:
         raise ConfigError.single(
-            file, "traffic", "no request of the trace is left after filter and window"
+            file,
+            "traffic",
+            "no request of the trace is left after filter and window",
+            blame=("traffic.trace", "traffic.filter", "traffic.start", "traffic.end"),
         )
     scaled = (arrival[index] - (traffic.start or 0.0)) * traffic.time_scale
     requests = _select(table, index, scaled)
@@ -178,7 +181,9 @@ def load_traffic(cluster: ClusterScenario) -> ClusterRequests:
     """The requests a cluster file describes (a trace path is relative to the file). A trace
     that is no readable file is refused at ``traffic.trace`` (what is wrong, and ``(from
     --set traffic.trace)`` when an override named it); with a prefix cache, each row's
-    ``hash_ids`` must fit ``prefix_cache.block_tokens`` (``traces.reader.blocks_problem``)."""
+    ``hash_ids`` must fit ``prefix_cache.block_tokens`` (``traces.reader.blocks_problem``).
+    A filter or window that leaves nothing, or names no column, says the override that set
+    it, as every overridden field does."""
     traffic, file = cluster.config.traffic, cluster.file
     if traffic.trace is None:
         return synthetic(traffic)
@@ -193,7 +198,10 @@ def load_traffic(cluster: ClusterScenario) -> ClusterRequests:
         blocks = Blocks(prefix.block_tokens, _setting(cluster, "prefix_cache.block_tokens"))
     named_by = _setting(cluster, "traffic.format")
     table = read_table(path, traffic.format, blocks=blocks, named_by=named_by)
-    return replay(table, traffic, file)
+    try:
+        return replay(table, traffic, file)
+    except ConfigError as exc:  # a filter or window an override set: say which
+        raise overridden(exc, file, cluster.overrides) from None
 
 
 @dataclass(frozen=True)

@@ -42,18 +42,24 @@ class SlotsCapacityError(CapacityError):
     at fault, so a plan of the slots the workload sets names that field (:func:`at_slots`).
     ``field``: the field it names, once located (None before: a step's ``--batch``, say).
     ``problem``, ``remedies`` and ``slot_tokens`` (the tokens a slot is sized for) let a
-    command that gave the slots itself say so (:meth:`given_by`)."""
+    command that gave the slots itself say so (:meth:`given_by`). ``sizes``: the fields
+    whose values size the plan (the slots, HBM, a slot's tokens, dtypes, layout), so an
+    override of any of them is named as a cause (:func:`at_slots`)."""
 
     field: str | None = None
     problem: str = ""
     remedies: tuple[str, ...] = ()
     slot_tokens: int = 0
+    sizes: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, problem: str, remedies: list[str], slot_tokens: int) -> SlotsCapacityError:
+    def of(
+        cls, problem: str, remedies: list[str], slot_tokens: int, sizes: tuple[str, ...] = ()
+    ) -> SlotsCapacityError:
         """The error ``problem; remedies`` (at least one remedy), its parts kept."""
         exc = cls(f"{problem}; {join_remedies(remedies)}")
         exc.problem, exc.remedies, exc.slot_tokens = problem, tuple(remedies), slot_tokens
+        exc.sizes = sizes
         return exc
 
     def given_by(self, option: str, context: int | None = None) -> str:
@@ -81,15 +87,16 @@ def at_slots(scenario: Scenario, slots: int, exc: SlotsCapacityError) -> SlotsCa
     """``exc`` located where its slots came from, the one rule of every command that plans
     memory (run, check, step, inspect graph: all plan through ``Compiler.placement``): a plan
     of the workload's own ``serving.batch_slots`` names that field (``Scenario.at_field``:
-    file, line or the --set that gave it). ``exc`` as it is for other slots (a step's larger
-    ``--batch``; ``auto`` picks slots that fit) and when its message already names the
-    workload's file (located once, never twice)."""
+    file, line or the --set that gave it), and every override among the fields that size
+    the plan (``exc.sizes``: a sweep's HBM capacity, not the base file's line). ``exc`` as
+    it is for other slots (a step's larger ``--batch``; ``auto`` picks slots that fit) and
+    when its message already names the workload's file (located once, never twice)."""
     message, field = str(exc), "serving.batch_slots"
     named = exc.field is not None or message.startswith(f"{scenario.workload_file}:")
     if named or slots != scenario.workload.serving.batch_slots:
         return exc
-    located = SlotsCapacityError(scenario.at_field(field, message))
-    located.field = field
+    located = SlotsCapacityError(scenario.at_field(field, message, (field, *exc.sizes)))
+    located.field, located.sizes = field, exc.sizes
     return located
 
 

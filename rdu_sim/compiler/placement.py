@@ -791,6 +791,7 @@ def plan_memory(
         hints = [
             *_fewer_slots_hint(scenario, batch_slots, stage, system),
             *shrink_hints(scenario, kv=True, weights=False, slots=batch_slots),
+            more_hbm_hint(scenario),
         ]
         weights = sum(w.bytes for w in draft_weights(scenario)) + sum(
             w.bytes for w in facts.inventory(stage)
@@ -810,6 +811,7 @@ def plan_memory(
             f"({human.size(weights, 4)}, {where}: {human.size(weights + kv + act, 4)} in all)",
             hints,
             slot_tokens(scenario),
+            slots_sizes(scenario, weights=False),
         )
     room = hbm_cap - act - kv
     # a shared draft's KV: its slots, or its share of every page of the pool
@@ -923,6 +925,7 @@ def _keep_weights_in_hbm(
     hints = [
         *_fewer_slots_hint(scenario, batch_slots, stage, system),
         *shrink_hints(scenario, kv=True, weights=True, slots=batch_slots),
+        more_hbm_hint(scenario),
     ]
     raise SlotsCapacityError.of(
         f"{taken} leave {human.size(max(0, room), 4)} of the "
@@ -932,6 +935,7 @@ def _keep_weights_in_hbm(
         "short, and memory.weights hbm keeps every weight in HBM",
         hints,
         slot_tokens(scenario),
+        slots_sizes(scenario, weights=True),
     )
 
 
@@ -1276,6 +1280,37 @@ def batch_capacity(
     )
 
 
+def hbm_field(scenario: Scenario) -> str:
+    """The field of a device's HBM capacity: ``hw.socket.hbm.capacity`` (a GPU's under
+    ``hw.gpu``)."""
+    return f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+
+
+def more_hbm_hint(scenario: Scenario) -> str:
+    """The way out of a capacity error that more HBM per device is, with the HBM it has."""
+    hbm = human.size(scenario.hardware.hbm.capacity, 4)
+    return f"give each {device_noun(scenario.hardware)} more HBM ({hbm_field(scenario)}, now {hbm})"
+
+
+def slots_sizes(scenario: Scenario, weights: bool) -> tuple[str, ...]:
+    """The fields whose values size a plan of batch slots in HBM (`SlotsCapacityError.sizes`):
+    the HBM, what sets a slot's tokens and bytes, the layout and the model, and with
+    ``weights`` (slots that leave the weights HBM keeps too little room) what sizes the
+    weights and where they go; an override of any of them is named as a cause of slots
+    that do not fit (a sweep of the HBM capacity, not the base file's line of
+    ``serving.batch_slots``)."""
+    weight_fields = ("memory.weights", "dtypes.weights", "dtypes.experts") if weights else ()
+    return (
+        hbm_field(scenario),
+        "serving.max_context",
+        "kv",
+        "dtypes.kv",
+        *weight_fields,
+        *LAYOUT_FIELDS,
+        "model",
+    )
+
+
 def none_fit_error(
     scenario: Scenario, stage: PipelineStage | None = None, facts: PlanFacts | None = None
 ) -> CapacityError:
@@ -1290,7 +1325,7 @@ def none_fit_error(
     target = min(total, pinned_limit(scenario))
     weights = _pinned(scenario, total)
     device = device_noun(scenario.hardware)
-    more_hbm = f"hw.{'gpu' if scenario.hardware.kind == 'gpu' else 'socket'}.hbm.capacity"
+    more_hbm = hbm_field(scenario)
     # weights HBM must keep whole that fill it: only what shrinks them helps
     alone = weights_outgrow_hbm(scenario, stage, facts)
     page = scenario.stack.kv_page_tokens
@@ -1299,7 +1334,7 @@ def none_fit_error(
     oversized = sequence_kv_set_by(scenario) == "page"
     hints = [
         *shrink_hints(scenario, kv=not alone, weights=weights > 0, activations=not alone),
-        f"give each {device} more HBM ({more_hbm}, now {human.size(hbm, 4)})",
+        more_hbm_hint(scenario),
     ]
     # at the first of the fields it names that an override set, else at what sizes
     # a sequence's KV cache (an oversized page, or the slot), or the model when its

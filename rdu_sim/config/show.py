@@ -39,6 +39,14 @@ def shown(value: Any) -> str:
     return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
 
 
+def shown_json(value: Any) -> str:
+    """A bad value a JSON file gave, as the file wrote it: ``true``, ``false``, ``null``
+    (not Python's ``True``, ``None``); else as :func:`shown` says it."""
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()
+    return shown(value)
+
+
 class _Short(reprlib.Repr):
     """reprlib with a few items per container and huge integers shown by size."""
 

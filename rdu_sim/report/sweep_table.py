@@ -39,13 +39,18 @@ HEADLINE_METRICS = (
     "batch_slots",
     "decode_tokens_per_s",
     "steady_decode_tokens_per_s",
+    "throughput_bound",
+    "decode_step.bound",
     "ttft_s.p50",
     "tpot_s.p50",
     "goodput.fraction",
     "slo_met",
     "sockets",
 )
-"""What the table shows of a sweep that kept every metric (a spec without ``metrics:``)."""
+"""What the table shows of a sweep that kept every metric (a spec without ``metrics:``): the
+throughputs beside what bound each point (``throughput_bound``: the machine or the offered
+load; ``decode_step.bound``: the resource its decode step waited on), so a reader of the
+table sees why a point's number is what it is."""
 
 MAX_ERROR_CHARS = 60
 

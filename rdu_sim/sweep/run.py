@@ -256,7 +256,7 @@ def default_db(spec_file: Path) -> Path:
 def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
     """The spec's evaluator with its options validated and the spec's metrics checked
     against the names its result can hold (``Evaluator.result``): ConfigError at the
-    spec's lines, before anything runs."""
+    spec's lines (one issue per metric not in the results), before anything runs."""
     spec = loaded.spec.evaluator
     try:
         entry = get_evaluator(spec.name)
@@ -264,10 +264,10 @@ def bind_evaluator(loaded: LoadedSpec) -> BoundEvaluator:
         raise loaded.error(str(exc.args[0]), "evaluator", "name") from None
     if entry.result is not None and loaded.spec.metrics:
         schema = entry.result()
-        for index, metric in enumerate(loaded.spec.metrics):
-            problem = schema.problem(metric)
-            if problem is not None:
-                raise loaded.error(problem, "metrics", str(index))
+        problems = [(i, schema.problem(m)) for i, m in enumerate(loaded.spec.metrics)]
+        issues = [loaded.issue(p, "metrics", str(i)) for i, p in problems if p is not None]
+        if issues:
+            raise ConfigError(issues)
     try:
         options = entry.options.model_validate(spec.options)
     except ValidationError as exc:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.config.show import shown
+from rdu_sim.config.show import shown_json
 from rdu_sim.config.units import parse_decimal
 from rdu_sim.serving.traces.jsonl_format import json_objects
 from rdu_sim.serving.traces.lines import TraceLines
@@ -49,9 +49,13 @@ def _milliseconds(value: Any) -> float:
     elif isinstance(value, str) and len(value) <= 64:
         number = parse_decimal(value)
     if number is None:
-        raise ValueProblem(f"expected milliseconds (an ASCII decimal number), got {shown(value)}")
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueProblem(f"must be a time >= 0 ms, got {shown(value)}")
+        raise ValueProblem(
+            f"expected milliseconds (an ASCII decimal number), got {shown_json(value)}"
+        )
+    if not math.isfinite(number):  # (1e400 reads as inf)
+        raise ValueProblem(f"must be a finite time >= 0 ms, got {shown_json(value)}")
+    if number < 0:
+        raise ValueProblem(f"must be a time >= 0 ms, got {shown_json(value)}")
     return number / 1000
 
 

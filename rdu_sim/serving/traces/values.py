@@ -24,7 +24,7 @@ import json
 import math
 from typing import Any
 
-from rdu_sim.config.show import shown
+from rdu_sim.config.show import shown_json
 from rdu_sim.config.units import parse_decimal
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 
@@ -49,14 +49,14 @@ def tokens(value: Any) -> int:
     if isinstance(value, str):
         text = value.strip().removeprefix("+")
         if not (0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()):
-            raise ValueProblem(f"expected a whole number of tokens, got {shown(value)}")
+            raise ValueProblem(f"expected a whole number of tokens, got {shown_json(value)}")
         value = int(text)
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueProblem(f"expected a whole number of tokens, got {shown(value)}")
+        raise ValueProblem(f"expected a whole number of tokens, got {shown_json(value)}")
     if not 1 <= value <= MAX_TOKENS:
-        raise ValueProblem(f"must be in 1..{MAX_TOKENS}, got {shown(value)}")
+        raise ValueProblem(f"must be in 1..{MAX_TOKENS}, got {shown_json(value)}")
     return value
 
 
@@ -72,11 +72,11 @@ def seconds(value: Any) -> float:
     else:
         number = None
     if number is None:
-        raise ValueProblem(f"expected seconds (an ASCII decimal number), got {shown(value)}")
+        raise ValueProblem(f"expected seconds (an ASCII decimal number), got {shown_json(value)}")
     if not (math.isfinite(number) and 0 <= number <= MAX_ARRIVAL_S):
         raise ValueProblem(
             f"must be a time in 0..{MAX_ARRIVAL_S:.4g} s (the serving clock's range), "
-            f"got {shown(value)}"
+            f"got {shown_json(value)}"
         )
     return number
 
@@ -89,7 +89,9 @@ def probability(value: Any) -> float:
     elif isinstance(value, str) and len(value) <= 64:
         number = parse_decimal(value)
     if number is None or not (math.isfinite(number) and 0 <= number <= 1):
-        raise ValueProblem(f"expected a rate in 0..1 (an ASCII decimal number), got {shown(value)}")
+        raise ValueProblem(
+            f"expected a rate in 0..1 (an ASCII decimal number), got {shown_json(value)}"
+        )
     return number
 
 
@@ -98,12 +100,16 @@ def expert(value: Any) -> int:
     if isinstance(value, str):
         text = value.strip()
         if not (0 < len(text) <= 6 and text.isascii() and text.isdigit()):
-            raise ValueProblem(f"expected an expert's index (a whole number), got {shown(value)}")
+            raise ValueProblem(
+                f"expected an expert's index (a whole number), got {shown_json(value)}"
+            )
         value = int(text)
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EXPERT:
-        raise ValueProblem(f"expected an expert's index in 0..{MAX_EXPERT}, got {shown(value)}")
+        raise ValueProblem(
+            f"expected an expert's index in 0..{MAX_EXPERT}, got {shown_json(value)}"
+        )
     return value
 
 
@@ -116,7 +122,9 @@ def clock_seconds(value: Any) -> float:
     elif isinstance(value, str) and len(value) <= 64:
         number = parse_decimal(value)
     if number is None or not math.isfinite(number):
-        raise ValueProblem(f"expected a finite time in seconds (ASCII digits), got {shown(value)}")
+        raise ValueProblem(
+            f"expected a finite time in seconds (ASCII digits), got {shown_json(value)}"
+        )
     return number
 
 
