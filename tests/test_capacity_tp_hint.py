@@ -20,14 +20,15 @@ def test_no_more_tp_when_the_kv_heads_are_split_as_far_as_they_go() -> None:
     assert "the KV cache of 64 slots (94 GiB: a slot of max_context 32768 tokens" in said
     assert "parallelism.tp" not in said
     assert said.endswith(
-        "reduce serving.max_context (now 32768), use kv.policy snapstream (now full) or "
-        "store the KV cache in fp8 (dtypes.kv, now bf16) (from --set serving.batch_slots)"
+        "reduce serving.max_context (now 32768), use kv.policy snapstream (now full), "
+        "store the KV cache in fp8 (dtypes.kv, now bf16) or give each socket more HBM "
+        "(hw.socket.hbm.capacity, now 64 GiB) (from --set serving.batch_slots)"
     )
 
 
 def test_more_tp_while_the_kv_heads_are_not_yet_split() -> None:
     said = _error("llama3.1-8b-1socket", "--set", "serving.batch_slots=4096")
-    assert "or raise parallelism.tp on more sockets (hw.system.sockets, now 1," in said
+    assert ", raise parallelism.tp on more sockets (hw.system.sockets, now 1," in said
 
 
 def test_a_fixed_slot_below_the_context_is_shrunk_by_its_budget_alone() -> None:

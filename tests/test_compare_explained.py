@@ -170,7 +170,7 @@ def test_step_and_plan_say_when_hardware_is_predicted(tmp_path: Path) -> None:
     assert json.loads(runner.invoke(cli, [*plan, "--json"]).stdout)["predicted"] == {
         "dgx-h200": said
     }
-    assert runner.invoke(cli, plan).stdout.splitlines()[1] == f"dgx-h200: {said}"
+    assert f"\ndgx-h200: {said}\n" in runner.invoke(cli, plan).stdout  # under the header
     fields["pools"]["serve"]["set"] = {"hardware": "dgx-h100"}  # type: ignore[index]
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(fields))
     plan[-1] = str(tmp_path / "q.sqlite")

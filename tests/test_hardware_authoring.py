@@ -235,6 +235,10 @@ def test_check_says_what_an_overlay_of_a_shipped_machine_inherits(tmp_path: Path
     assert _check_lines(path) == [
         f"OK  {path}: hardware 'sn50x-8': 8 sockets, default stack 'sambastack-2025' (from "
         "extends: sn40l-8, set in sn40l.yaml)",
+        # a new socket beside a link fitted on SN40L's: predicted, as run and compare say
+        "    predicted, not measured: its socket section differs from sn40l.yaml's, whose "
+        f"fitted hw.system.intra_node_link.bandwidth it keeps (rdu-sim check {path} lists "
+        "them)",
         f"    hw.system.intra_node_link.bandwidth {link}: fitted by calibrate joint "
         "(calibrations/joint.yaml), inherited from sn40l.yaml",
         f"    stack.host.serial_per_step {host}: fitted by calibrate joint "

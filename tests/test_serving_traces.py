@@ -113,7 +113,7 @@ def test_csv_and_jsonl_read_back_exactly(
         ("g.csv", HEADER + "0,100000001,1\n", 2, "prompt_tokens", "1..100000000"),
         ("h.jsonl", '{"prompt_tokens": 1, "output_tokens": 1, "arrival_s": NaN}\n', 1, "", "NaN"),
         ("i.jsonl", '{"prompt_tokens": ' + "9" * 5000 + ', "output_tokens": 1}\n', 1, "", "5000"),
-        ("j.jsonl", '{"prompt_tokens": true, "output_tokens": 1}\n', 1, "prompt_tokens", "True"),
+        ("j.jsonl", '{"prompt_tokens": true, "output_tokens": 1}\n', 1, "prompt_tokens", "true"),
         ("k.csv", "prompt_tokens,prompt_tokens,output_tokens\n1,2,3\n", 1, "", "more than once"),
         ("l.csv", HEADER + '1,"2,3\n', 2, "", "not valid CSV"),
         (
