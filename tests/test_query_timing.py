@@ -5,12 +5,19 @@ Checked differentially against each form forced on the same memory plan."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from rdu_sim import api
 from rdu_sim.compiler import compile as compile_module
 from rdu_sim.compiler.compile import Compiler, compile_program
 from rdu_sim.compiler.placement import slot_tokens
+from rdu_sim.compiler.program import Program
+from rdu_sim.engine.for_hardware import StepEngine
+from rdu_sim.engine.timing import StepTiming
+from rdu_sim.scenario import Scenario
+from rdu_sim.serving import backend as backend_module
 from rdu_sim.serving.backend import EngineBackend
 from rdu_sim.shapes import StepShape
 
@@ -77,3 +84,44 @@ def test_without_an_engine_the_estimate_chooses() -> None:
     program = compiler.program(shape)
     assert compiler.program_queries(program) == (True, False)
     assert compile_program(scenario, shape).kernels == program.kernels
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_the_kept_candidate_is_not_simulated_again(
+    record: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step the compiler timed both ways (8 slots on SN40L-16: two forms of the queries,
+    each with two expert schedules) is simulated four times in all, the serving level
+    reusing the kept candidate's timing; a recording backend simulates it again for its
+    trace. The reused timing is the one a fresh simulation gives."""
+    calls: list[bool] = []
+    real = backend_module.engine_for
+
+    def counting(scenario: Scenario, *, record: bool = False) -> StepEngine:
+        engine = real(scenario, record=record)
+        simulate = engine.simulate_step
+
+        def counted(program: Program) -> StepTiming:
+            calls.append(record)
+            return simulate(program)
+
+        monkeypatch.setattr(engine, "simulate_step", counted)
+        return engine
+
+    monkeypatch.setattr(backend_module, "engine_for", counting)
+    scenario = api.load(SNAP)
+    backend = EngineBackend(record=record)
+    shape = StepShape("decode", 8, 1, slot_tokens(scenario))
+    cost = backend.step_cost(scenario, shape)
+    assert calls == [False] * 4 + [True] * record
+    fresh = real(scenario).simulate_step(backend.compiler(scenario).program(shape))
+    assert cost.step_s == fresh.step_s
+
+
+def test_a_compilers_timer_pickles_without_its_timings() -> None:
+    """A compiler (a sweep's worker may ship one) pickles its timer, not what it timed."""
+    scenario = api.load(SNAP)
+    compiler = EngineBackend().compiler(scenario)
+    compiler.program(StepShape("decode", 8, 1, slot_tokens(scenario)))
+    timer = pickle.loads(pickle.dumps(compiler.timer))
+    assert timer.__dict__["_timed"] == {}
