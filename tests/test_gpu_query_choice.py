@@ -30,6 +30,7 @@ def _step_s(batch: int, monkeypatch: pytest.MonkeyPatch, force: bool | None = No
         if force is not None:
             for module in (compile_module, placement_module):
                 patch.setattr(module, "replicates", lambda *args, **kwargs: force)
+            patch.setattr(compile_module, "choose_queries", lambda build, timer: build(force))
         return api.step(SNAP, TWO_NODES, batch=batch).step_s
 
 

@@ -74,7 +74,7 @@ from rdu_sim.compiler.program import (
     Tier,
     with_sram,
 )
-from rdu_sim.compiler.query_choice import replicates, wiring_key
+from rdu_sim.compiler.query_choice import choose_queries, makes_queries, replicates, wiring_key
 from rdu_sim.compiler.row_barriers import whole_row_stages
 from rdu_sim.compiler.row_path import RowGraph
 from rdu_sim.compiler.shared_programs import shared
@@ -113,13 +113,15 @@ class Compiler:
         self._facts: PlanFacts | None = None
         self._programs: dict[StepShape, Program] = {}
         # two-batch overlap's micro-batches (and whether they stream every expert)
-        self._micro: dict[tuple[StepShape, bool], Program] = {}
+        self._micro: dict[tuple[StepShape, bool, bool | None], Program] = {}
         self._placements: dict[tuple[int, int], Placement] = {}
         self._capacity: int | None = None
         self._kernels: dict[tuple[StepShape, int, bool, bool, bool], list[KernelGraph]] = {}
         self._whole_queries: dict[tuple[int, int], bool] = {}
         # whether a step of a shape (on a stage) replicates MLA's queries, given them whole
         self._replicates: dict[tuple[StepShape, int], bool] = {}
+        # whether a step whose queries the engine timed both ways makes them (query_choice)
+        self._forms: dict[StepShape, bool] = {}
         self._system = scenario.hardware.system
         self._wiring = wiring_key(self._system) if chooses_queries(scenario) else None
         self._stages: tuple[PipelineStage | None, ...] = (
@@ -228,15 +230,22 @@ class Compiler:
         return self._whole_queries[key]
 
     def queries(
-        self, shape: StepShape, batch_slots: int, stage: PipelineStage | None = None
+        self,
+        shape: StepShape,
+        batch_slots: int,
+        stage: PipelineStage | None = None,
+        replicate: bool | None = None,
     ) -> tuple[bool, bool]:
         """MLA's queries in a step of `shape` (on a pipeline ``stage``) on the memory plan
         for `batch_slots` slots: whether the plan holds their weights whole, and whether the
-        step makes every head's queries on every socket (`query_choice.replicates`) rather
-        than gathering."""
+        step makes every head's queries on every socket rather than gathering:
+        ``replicate`` when given (a candidate the engine times: `query_choice.choose_queries`),
+        else as `query_choice.replicates` estimates (the memory plan's own step)."""
         whole = self.whole_queries(batch_slots, stage)
         if not whole:
             return False, False
+        if replicate is not None:
+            return True, replicate
         key = (shape, _index(stage))
         if key not in self._replicates:  # a step's choice, asked by every rule that shards it
             view = self.view
@@ -254,7 +263,8 @@ class Compiler:
         """`queries` of a Program this compiler made (with pipeline stages: of its first
         stage, whose kernels it reports)."""
         first = program.pipeline[0] if program.pipeline else program
-        return self.queries(first.shape, first.placement.batch_slots, self._stages[0])
+        form = self._forms.get(program.shape)
+        return self.queries(first.shape, first.placement.batch_slots, self._stages[0], form)
 
     def plan_slots(self, shape: StepShape) -> int:
         """The slots of the memory plan a step of `shape` runs on: the workload's, or the
@@ -267,15 +277,17 @@ class Compiler:
         stage: PipelineStage | None = None,
         batch_slots: int | None = None,
         all_experts: bool = False,
+        replicate: bool | None = None,
     ) -> list[KernelGraph]:
         """The fused, sharded kernel graphs of one step (of one pipeline ``stage``), before
         stage allocation, on the memory plan for `batch_slots` slots (default: `plan_slots`),
         kept until that step's Program is made: the memory plan reads the graphs of the
         decode step of its slots, often the first Program asked for (its graphs are read,
         never changed). A shape never compiled keeps its graphs as long as the compiler.
-        ``all_experts``: static MoE layers stream every expert (`compiler.expert_schedule`)."""
+        ``all_experts``: static MoE layers stream every expert (`compiler.expert_schedule`);
+        ``replicate``: the queries' form, as for `queries`."""
         slots = self.plan_slots(shape) if batch_slots is None else batch_slots
-        whole, replicate = self.queries(shape, slots, stage)
+        whole, replicate = self.queries(shape, slots, stage, replicate)
         key = (shape, _index(stage), whole, replicate, all_experts)
         graphs = self._kernels.get(key)
         if graphs is None:
@@ -294,30 +306,61 @@ class Compiler:
         micro-batches' Programs beside it (``Program.micro_batches``); with pipeline stages,
         each stage's Program of one micro-batch (``Program.pipeline``). Under static expert
         loading, the faster of its two expert schedules (`expert_schedule.choose_schedule`,
-        timed by the compiler's ``timer``: the scenario's engine)."""
+        timed by the compiler's ``timer``: the scenario's engine). Under the MLA
+        sequence_split layout, on a memory plan holding the query weights whole, the faster
+        of making every head's queries and gathering them, so timed
+        (`query_choice.choose_queries`; each form with its faster expert schedule)."""
         cached = self._programs.get(shape)
         if cached is not None:
             return cached
-        program = choose_schedule(self.scenario, lambda every: self._step(shape, every), self.timer)
+        timer = None if self.timer is None else _timed_once(self.timer)
+        forms: dict[bool | None, Program] = {}
+
+        def schedule(replicate: bool | None) -> Program:
+            forms[replicate] = choose_schedule(
+                self.scenario, lambda every: self._step(shape, every, replicate), timer
+            )
+            return forms[replicate]
+
+        if timer is not None and self._chooses_queries(shape):
+            program = choose_queries(schedule, timer)
+            self._forms[shape] = program is forms.get(True)
+        else:
+            program = schedule(None)
         self._programs[shape] = program
         return program
 
-    def _step(self, shape: StepShape, all_experts: bool) -> Program:
-        """`program` of one expert schedule (``all_experts``: every expert streamed)."""
+    def _chooses_queries(self, shape: StepShape) -> bool:
+        """Whether a step of ``shape`` could make MLA's queries either way: some pipeline
+        stage's memory plan holds their weights whole and the step has queries to make."""
+        scenario = self.view.scenario
+        slots = self.plan_slots(shape)
+        return any(
+            self.whole_queries(slots, stage)
+            and makes_queries(step_groups(scenario, shape, stage), shard_plan(scenario, shape))
+            for stage in self._stages
+        )
+
+    def _step(self, shape: StepShape, all_experts: bool, replicate: bool | None = None) -> Program:
+        """`program` of one expert schedule (``all_experts``: every expert streamed) and
+        form of MLA's queries (``replicate``, as for `queries`)."""
         pipelined = self._stages[0] is not None
         program = (
-            self._pipelined(shape, all_experts)
+            self._pipelined(shape, all_experts, replicate)
             if pipelined
-            else self._compile(shape, all_experts=all_experts)
+            else self._compile(shape, all_experts=all_experts, replicate=replicate)
         )
         if self.view.scenario.workload.parallelism.two_batch_overlap:
             micro = tuple(
-                self._micro_batch(part, all_experts) for part in micro_batch_shapes(shape)
+                self._micro_batch(part, all_experts, replicate)
+                for part in micro_batch_shapes(shape)
             )
             program = replace(program, micro_batches=micro)
         return program
 
-    def _pipelined(self, shape: StepShape, all_experts: bool = False) -> Program:
+    def _pipelined(
+        self, shape: StepShape, all_experts: bool = False, replicate: bool | None = None
+    ) -> Program:
         """A step through the pipeline: its batch cut into ``parallelism.micro_batches``
         micro-batches (at most its sequences: ``step_micro_batches``; each the largest one's
         shape), each stage's Program of one micro-batch; the step's memory plan its fullest
@@ -328,7 +371,9 @@ class Compiler:
             decode_batch=math.ceil(shape.decode_batch / parts),
         )
         slots = self.plan_slots(shape)
-        stages = tuple(self._compile(micro, stage, slots, all_experts) for stage in self._stages)
+        stages = tuple(
+            self._compile(micro, stage, slots, all_experts, replicate) for stage in self._stages
+        )
         fullest = self.placement(slots)  # its stage's Program holds it with that stage's SRAM
         return Program(
             shape=shape,
@@ -343,11 +388,13 @@ class Compiler:
             * self.view.scenario.activation_dtype_bytes,
         )
 
-    def _micro_batch(self, shape: StepShape, all_experts: bool = False) -> Program:
+    def _micro_batch(
+        self, shape: StepShape, all_experts: bool = False, replicate: bool | None = None
+    ) -> Program:
         """One micro-batch's Program (compiled whole: a micro-batch is not cut again)."""
-        key = (shape, all_experts)
+        key = (shape, all_experts, replicate)
         if key not in self._micro:
-            self._micro[key] = self._compile(shape, all_experts=all_experts)
+            self._micro[key] = self._compile(shape, all_experts=all_experts, replicate=replicate)
         return self._micro[key]
 
     def _compile(
@@ -356,18 +403,21 @@ class Compiler:
         stage: PipelineStage | None = None,
         slots: int | None = None,
         all_experts: bool = False,
+        replicate: bool | None = None,
     ) -> Program:
         """The Program of ``shape`` run as one batch (on one pipeline ``stage``, whose memory
         plan holds ``slots`` slots; default: `plan_slots`; ``all_experts``: static MoE
-        layers stream every expert)."""
+        layers stream every expert; ``replicate``: MLA's queries' form, as for `queries`)."""
         planned = self.plan_slots(shape) if slots is None else slots
         placement = self._placement(planned, stage)
         fractions = weight_fractions(placement)
         kv_tier: Tier = next((t.tier for t in placement.tensors if t.kind == "kv"), "hbm")
         view = self.view
-        queries = self.queries(shape, planned, stage)
+        queries = self.queries(shape, planned, stage, replicate)
         try:
-            kernels = self._kernel_programs(shape, stage, planned, all_experts, fractions, kv_tier)
+            kernels = self._kernel_programs(
+                shape, stage, planned, all_experts, fractions, kv_tier, replicate
+            )
         except HardwareCapacityError as exc:  # the view has no overrides: the scenario's
             raise at_hardware(self.scenario, exc) from None
         self._kernels.pop((shape, _index(stage), *queries, all_experts), None)  # not needed again
@@ -392,10 +442,11 @@ class Compiler:
         all_experts: bool,
         fractions: dict[str, float],
         kv_tier: Tier,
+        replicate: bool | None = None,
     ) -> tuple[KernelProgram, ...]:
         """The step's kernels, compiled (shared among compilers of equal views)."""
         view = self.view
-        queries = self.queries(shape, planned, stage)
+        queries = self.queries(shape, planned, stage, replicate)
         return shared(
             "kernels",
             (
@@ -412,9 +463,22 @@ class Compiler:
                 fractions,
                 kv_tier,
                 shape,
-                self.kernels(shape, stage, planned, all_experts),
+                self.kernels(shape, stage, planned, all_experts, replicate),
             ),
         )
+
+
+def _timed_once(timer: ProgramTimer) -> ProgramTimer:
+    """``timer``, each Program timed once (the expert schedule's choice and the queries' time
+    the same candidates): keyed by identity, each Program kept so its id is not reused."""
+    times: dict[int, tuple[Program, float]] = {}
+
+    def timed(program: Program) -> float:
+        if id(program) not in times:
+            times[id(program)] = (program, timer(program))
+        return times[id(program)][1]
+
+    return timed
 
 
 def _index(stage: PipelineStage | None) -> int:

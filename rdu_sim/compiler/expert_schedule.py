@@ -22,9 +22,9 @@ them); a compiler given none (``compile_program`` alone) has nothing to time wit
 the gather. No estimate and no threshold: the engine's step time is the quantity
 being minimised, so the choice is exact, and a step's time is the lesser of two schedules'
 (each growing with the batch), so it cannot fall as the batch grows past tokens x k = E.
-The cost is one more compile and two engine runs per such shape, and the serving level's
-own run of the one kept unless steps are shared (``api.share_steps``: sweeps, validate,
-calibrate), where the kept candidate's run is reused (each is labelled before it is timed).
+The cost is one more compile and two engine runs per such shape, of which the serving level
+reuses the kept candidate's (``EngineBackend``'s timer keeps its timings; when steps are
+shared, ``api.share_steps``, the shared run too: each is labelled before it is timed).
 A candidate over ``engine.max_events`` loses to the gather, which is then timed on its own.
 
 The chosen schedule is ``Program.expert_schedule`` (in ``rdu-sim step --json`` and

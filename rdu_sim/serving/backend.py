@@ -8,7 +8,6 @@ the serving level can be checked against closed-form step times.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Protocol
 
 from rdu_sim import human
@@ -22,6 +21,7 @@ from rdu_sim.compiler.placement import (
 from rdu_sim.compiler.program import Placement, Program
 from rdu_sim.des.collector import collector_paused
 from rdu_sim.engine.for_hardware import StepEngine, engine_for
+from rdu_sim.engine.timing import StepTiming
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.step_cache import StepCost
 from rdu_sim.serving.step_shape import decode_cache
@@ -69,7 +69,7 @@ class EngineBackend:
         for compiler in self._compilers:
             if compiler.scenario is scenario:
                 return compiler
-        compiler = Compiler(scenario, timer=partial(_step_s, engine_for(scenario)))
+        compiler = Compiler(scenario, timer=_Timer(engine_for(scenario)))
         kin = [
             c
             for c in self._compilers
@@ -101,8 +101,15 @@ class EngineBackend:
         trace when the backend was built with ``record=True``), Python's cyclic collector
         paused (`des.collector`: nearly all a step allocates dies with it)."""
         with collector_paused():
-            program = self.compiler(scenario).program(shape)
-            timing = engine_for(scenario, record=self.record).simulate_step(program)
+            compiler = self.compiler(scenario)
+            program = compiler.program(shape)
+            timer = compiler.timer
+            timed = timer.take(program) if isinstance(timer, _Timer) else None
+            timing = (
+                engine_for(scenario, record=True).simulate_step(program)
+                if self.record
+                else timed or engine_for(scenario).simulate_step(program)
+            )
         return StepCost(
             step_s=float(timing.step_s),
             hbm_util=float(timing.hbm_bandwidth_fraction),
@@ -114,10 +121,34 @@ class EngineBackend:
         )
 
 
-def _step_s(engine: StepEngine, program: Program) -> float:
-    """A compiler's timer: the step time of ``program`` on ``engine`` (module level, so a
-    compiler's timer pickles)."""
-    return engine.simulate_step(program).step_s
+class _Timer:
+    """A compiler's timer (`compiler.expert_schedule.ProgramTimer`): the step time of a
+    Program on ``engine``, each timing kept until the serving level takes the one of the
+    Program the compiler kept (`take`): a step whose candidates the compiler timed is not
+    simulated again (the engine is deterministic). Keeps the last `KEPT` (a step's
+    candidates: two expert schedules of two forms of MLA's queries); pickles without them."""
+
+    KEPT = 4
+
+    def __init__(self, engine: StepEngine) -> None:
+        self.engine = engine
+        self._timed: dict[int, tuple[Program, StepTiming]] = {}
+
+    def __call__(self, program: Program) -> float:
+        timing = self.engine.simulate_step(program)
+        self._timed[id(program)] = (program, timing)  # the Program kept: its id stays its own
+        if len(self._timed) > self.KEPT:
+            del self._timed[next(iter(self._timed))]
+        return timing.step_s
+
+    def take(self, program: Program) -> StepTiming | None:
+        """The timing of ``program`` if it was timed since the last take (the rest dropped)."""
+        entry = self._timed.get(id(program))
+        self._timed = {}
+        return entry[1] if entry is not None and entry[0] is program else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_timed": {}}
 
 
 def resolve_batch_slots(scenario: Scenario, backend: Backend) -> tuple[int, int]:
