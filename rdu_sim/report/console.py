@@ -23,7 +23,13 @@ from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
-from rdu_sim.report.bound import bound_label, bubble_words, others_alone, resource_words
+from rdu_sim.report.bound import (
+    bound_label,
+    bubble_words,
+    micro_batch_words,
+    others_alone,
+    resource_words,
+)
 from rdu_sim.report.console_coe import coe_table, region_words
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -515,6 +521,8 @@ def _bound(step: DecodeStepBound | None, which: str = "") -> str:
     times = step.times()
     limit = times[step.bound]
     bubble = "" if step.pipeline_bubble is None else f"; {bubble_words(step.pipeline_bubble)}"
+    if step.fewer_micro_batches is not None:
+        bubble += f"; {micro_batch_words(step.fewer_micro_batches)}"
     if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
         bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
