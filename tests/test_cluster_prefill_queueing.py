@@ -92,4 +92,8 @@ def test_the_share_integral_by_hand() -> None:
     held = _step_function(np.array([4]), np.array([10]))
     assert _share_integral(busy, held, np.array([2]), np.array([8])) == pytest.approx(2.0)
     assert _share_integral(busy, held, np.array([0]), np.array([3])) == 0.0
+    # a replica that took no request (or sent none): nothing open, nothing held
+    none = _step_function(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert none[0].size == 0 and none[1].size == 0
+    assert _share_integral(busy, none, np.array([2]), np.array([8])) == 0.0
     assert UNSET == -1

@@ -457,6 +457,8 @@ def _step_function(start: NDArray[np.int64], end: NDArray[np.int64]) -> StepFunc
     """How many of the intervals ``[start, end)`` are open: the times it changes at and its
     value from each on."""
     times = np.concatenate([start, end])
+    if times.size == 0:  # no interval: never open
+        return times, times
     deltas = np.concatenate([np.ones_like(start), -np.ones_like(end)])
     order = np.argsort(times, kind="stable")
     times, count = times[order], np.cumsum(deltas[order])
@@ -467,6 +469,8 @@ def _step_function(start: NDArray[np.int64], end: NDArray[np.int64]) -> StepFunc
 def _value_at(function: StepFunction, times: NDArray[np.int64]) -> NDArray[np.int64]:
     """A step function's value on ``[t, next change)`` for each of ``times``."""
     at, value = function
+    if at.size == 0:
+        return np.zeros(len(times), dtype=np.int64)
     index = np.searchsorted(at, times, side="right") - 1
     return np.where(index >= 0, value[np.maximum(index, 0)], 0)
 
