@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from rdu_sim import api
 from rdu_sim.cli.main import cli
 from rdu_sim.engine.pipeline import micro_batch_estimate
-from rdu_sim.report.console import _bound
+from rdu_sim.report.console import serving_table
 
 LLAMA8 = "workloads/llama3.1-8b-8socket.yaml"
 PP2 = {"parallelism.tp": 4, "parallelism.pp": 2}
@@ -76,4 +76,6 @@ def test_the_step_and_run_reports_name_the_setting() -> None:
     assert step is not None and step.fewer_micro_batches is not None
     assert step.fewer_micro_batches["micro_batches"] == 1
     assert "fewer_micro_batches" in summary.to_dict()["decode_step"]
-    assert "parallelism.micro_batches: 1 would take about" in _bound(step)
+    caption = serving_table(summary).caption
+    assert isinstance(caption, str)
+    assert caption.startswith("Decode step: parallelism.micro_batches: 1 would take about")

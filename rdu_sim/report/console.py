@@ -521,8 +521,6 @@ def _bound(step: DecodeStepBound | None, which: str = "") -> str:
     times = step.times()
     limit = times[step.bound]
     bubble = "" if step.pipeline_bubble is None else f"; {bubble_words(step.pipeline_bubble)}"
-    if step.fewer_micro_batches is not None:
-        bubble += f"; {micro_batch_words(step.fewer_micro_batches)}"
     if bound_label(limit, step.step_s) != "bound by":  # the step is its parts: name them
         bubble = f"; {others_alone(times, step.bound)}{bubble}"
     return (
@@ -580,6 +578,10 @@ def serving_table(result: RunSummary) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    fewer = None if result.decode_step is None else result.decode_step.fewer_micro_batches
+    if fewer is not None:  # a long clause: the caption wraps where the value column cuts
+        table.caption = f"Decode step: {micro_batch_words(fewer)}."
+        table.caption_justify = "left"
     return table
 
 
