@@ -173,6 +173,9 @@ def test_a_run_names_its_pipeline_and_the_stage_its_memory_table_shows() -> None
         f"{human.duration(step['step_s'])}; the pipeline's bubble {human.percent(bubble)} of "
         "its stages' time (only one batch in flight: docs/parallelism.md, Left out))"
     ) in text
+    # the weights re-read every micro-batch: one would be faster, said under the table
+    assert "Decode step: parallelism.micro_batches: 1 would take about" in text
+    assert step["fewer_micro_batches"] == pytest.approx(timed["pipeline"]["fewer_micro_batches"])
     assert "pipeline_bubble" not in plain["decode_step"]  # nothing without a pipeline
 
 

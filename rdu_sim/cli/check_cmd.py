@@ -268,6 +268,20 @@ def check_file(path: Path, measured: list[Row] | None = None) -> str:
     return _check_data(path, data, lines)
 
 
+def _namesakes_words(text: str) -> str:
+    """For a shipped name that several kinds of file have (``deepseek-r1-h100``, a workload
+    and a plan), which file was checked and how to check each other one; "" otherwise."""
+    found = shipped.namesakes(text)
+    if len(found) < 2:
+        return ""
+    (_, taken), *others = found
+    rest = "; ".join(
+        f"the {KIND_WORDS[kind]} of the same name: rdu-sim check {shipped.shipped_path(path)}"
+        for kind, path in others
+    )
+    return f"checked {shipped.shipped_path(taken)}; {rest}"
+
+
 @click.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(files: tuple[Path, ...]) -> None:
@@ -287,13 +301,17 @@ def command(files: tuple[Path, ...]) -> None:
             failed += 1
             # Every line names the checked file, even when its hardware file is at fault.
             lines = message_of(exc).splitlines() or [""]
+            namesakes = _namesakes_words(str(path))
+            if namesakes:  # which file failed, when its name is another kind's too
+                lines.append(namesakes)
             print_error(
                 "\n".join(line if str(path) in line else f"{path}: {line}" for line in lines)
             )
             checked += 1
             continue
         out.print(f"[green]OK[/green]  {path}: ", end="")
-        out.print(description, markup=False)
+        namesakes = _namesakes_words(str(path))
+        out.print(description + (f" ({namesakes})" if namesakes else ""), markup=False)
         checked += 1
     if failed:
         print_error(f"{failed} of {len(files)} file(s) failed the check")

@@ -77,6 +77,7 @@ from rdu_sim.cli.options import (
 from rdu_sim.interrupts import keeps_on_stop
 from rdu_sim.models.layers import Architecture, window_layer_counts, window_tokens
 from rdu_sim.models.presets import model_words
+from rdu_sim.report.bound import micro_batch_words
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -114,7 +115,29 @@ def _pipeline_line(data: dict[str, Any]) -> str:
         f"{human.percent(pipeline['fill_drain'])} the pipeline filling and draining at stage "
         f"{binding}'s pace and {human.percent(pipeline['imbalance'])} the other stages "
         f"waiting for it (stage imbalance; parallelism.stage_layers sets the split)"
+        f"{_rereads(pipeline, binding)}"
     )
+
+
+def _rereads(pipeline: dict[str, Any], binding: int) -> str:
+    """A decode pipeline's two costs of its micro-batches side by side: the binding stage's
+    weight reads, which every micro-batch repeats, and its fill and drain; and, when the
+    step's estimate says fewer micro-batches would be faster, how many and by how much
+    (``engine.pipeline.fewer_micro_batches``). Nothing for a prefill or one micro-batch."""
+    weights = pipeline.get("weights_read_s")
+    if not weights:
+        return ""
+    parts = pipeline["micro_batches"]
+    stage_s = pipeline["stage_s"][binding]
+    end_s = parts * stage_s / (1 - pipeline["fill_drain"]) if pipeline["fill_drain"] < 1 else 0
+    words = (
+        f"; each micro-batch re-reads its stage's weights: {human.duration(weights[binding])} "
+        f"of stage {binding}'s {human.duration(stage_s)}, "
+        f"{human.duration((parts - 1) * weights[binding])} a step beyond one read, against "
+        f"the fill and drain's {human.duration(end_s - parts * stage_s)}"
+    )
+    fewer = pipeline.get("fewer_micro_batches")
+    return f"{words}; {micro_batch_words(fewer)}" if fewer else words
 
 
 def _hand_offs_line(pipeline: dict[str, Any]) -> str | None:

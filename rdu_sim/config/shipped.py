@@ -307,6 +307,24 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
     raise ConfigError.single(str(path), "", message)
 
 
+def namesakes(text: str, kinds: Sequence[str] = ALL_KINDS) -> list[tuple[str, Path]]:
+    """For a bare name that is no file here, each kind among ``kinds`` with a shipped file
+    of that name and the file, in ``kinds``' order: the first is what :func:`locate` takes,
+    the rest what it passes over (``deepseek-r1-h100``: a workload, and a plan). Empty for
+    a path, or a name that is a file here."""
+    if not is_bare(text) or Path(text).exists():
+        return []
+    found = ((kind, find(text, (kind,))) for kind in kinds)
+    return [(kind, path) for kind, path in found if path is not None]
+
+
+def shipped_path(path: Path) -> str:
+    """A shipped file's path under the shipped root (``workloads/plans/x.yaml``), which
+    :func:`find` takes back; the path itself when it is not under the root."""
+    base = root()
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
+
+
 def other_kind(text: str, kinds: Sequence[str]) -> str | None:
     """The kind of config file, not one of ``kinds``, of the shipped file ``text`` names
     (``llama8b-batch``: a sweep), or None."""

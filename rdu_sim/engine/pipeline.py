@@ -30,7 +30,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from rdu_sim.compiler.program import Program
+from rdu_sim.compiler.program import OFFCHIP, Program
 from rdu_sim.config.hardware import SystemConfig
 from rdu_sim.config.stack import StackConfig
 from rdu_sim.des.environment import CountingEnvironment, Event
@@ -198,6 +198,59 @@ def bubble_shares(
     return fill_drain, imbalance
 
 
+def weight_reads_s(stage: Program, timing: StepTiming) -> float:
+    """Seconds of one micro-batch of ``stage`` its weights' reads take: the off-chip bytes
+    its operators holding weights read (``Placement.tensors``, by kernel and operator name;
+    routed experts left out, whose reads depend on the tokens routed) at the rate its memory
+    channels moved bytes in ``timing`` (busy time over bytes, per tier). Every micro-batch
+    reads them again: the part of a stage's time that does not shrink with the micro-batch."""
+    weights = {t.name for t in stage.placement.tensors if t.kind == "weights"}
+    read = dict.fromkeys(OFFCHIP, 0.0)
+    for kernel in stage.kernels:
+        for op in kernel.stages:
+            if op.selected_by is None and f"{kernel.layer or kernel.name}/{op.name}" in weights:
+                for tier in OFFCHIP:
+                    read[tier] += op.reads.get(tier, 0.0) * kernel.calls
+    seconds = 0.0
+    for tier, nbytes in read.items():
+        moved = timing.bytes_by_tier.get(tier, 0.0)
+        if nbytes > 0 and moved > 0:
+            seconds += min(nbytes, moved) * timing.busy_s.get(tier, 0.0) / moved
+    return seconds
+
+
+def micro_batch_estimate(
+    stage_s: Sequence[float], weights_s: Sequence[float], micro_batches: int, parts: int
+) -> float:
+    """A pipeline's device time at ``parts`` micro-batches estimated from one run at
+    ``micro_batches`` whose micro-batch takes ``stage_s`` on each stage, ``weights_s`` of
+    it reading the stage's weights: a stage's micro-batch takes its weights' reads plus its
+    share of the rest (which scales with the sequences), and micro-batches flow through
+    stages as ``sum(t) + (parts - 1) max(t)`` (hand-offs left out)."""
+    times = [w + (t - w) * micro_batches / parts for t, w in zip(stage_s, weights_s, strict=True)]
+    return sum(times) + (parts - 1) * max(times)
+
+
+def fewer_micro_batches(
+    stage_s: Sequence[float], weights_s: Sequence[float], micro_batches: int
+) -> dict[str, float] | None:
+    """The fewest-time count of micro-batches below ``micro_batches`` by
+    :func:`micro_batch_estimate`, when it beats the same estimate at ``micro_batches``
+    (``micro_batches``, ``device_s`` and ``now_s``, both estimates); None otherwise."""
+    now = micro_batch_estimate(stage_s, weights_s, micro_batches, micro_batches)
+    best = min(
+        range(1, micro_batches),
+        key=lambda k: micro_batch_estimate(stage_s, weights_s, micro_batches, k),
+        default=None,
+    )
+    if best is None:
+        return None
+    estimate = micro_batch_estimate(stage_s, weights_s, micro_batches, best)
+    if not estimate < now:
+        return None
+    return {"micro_batches": best, "device_s": estimate, "now_s": now}
+
+
 PIPELINE_TRACK = "pipeline"
 """The trace track (on each stage's first socket) of its micro-batches, idle gaps and sends."""
 
@@ -293,6 +346,13 @@ def pipelined_timing(
     if binding < len(run.hand_offs):  # its first device sends that boundary's
         sent = run.hand_offs[binding]
         bytes_by_tier["p2p"] += sent.bytes * sent.sends
+    decode = {}
+    if program.shape.phase == "decode" and parts > 1:  # each micro-batch re-reads the weights
+        weights_s = [weight_reads_s(p, t) for p, t in zip(program.pipeline, stages, strict=True)]
+        decode = {
+            "weights_read_s": weights_s,
+            "fewer_micro_batches": fewer_micro_batches(stage_s, weights_s, parts),
+        }
     records = None
     if all(timing.records is not None for timing in stages):
         timeline = pipeline_records(stages, run, program.devices)
@@ -335,5 +395,6 @@ def pipelined_timing(
             "fill_drain": fill_drain,
             "imbalance": imbalance,
             "hand_offs": [hand_off.to_dict() for hand_off in run.hand_offs],
+            **decode,
         },
     )

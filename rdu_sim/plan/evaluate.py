@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def headline(result: ClusterSummary) -> dict[str, Any]:
     """The plan's view of a cluster run's typed summary (the names of its JSON; with
     attention ranks in lockstep, the largest share of a pool's decoding time that waited on
-    another rank's prefill; ``requests`` and ``goodput_requests`` for ``plan.margin``;
+    another rank's prefill; disaggregated, the share of the prefill queueing that waited on
+    the decode pool; ``requests`` and ``goodput_requests`` for ``plan.margin``;
     ``batch_slots.POOL`` each pool's slots as resolved, ``auto`` a number (a metric path,
     as the store keeps it); what its KV policy cut, for an answer that trades accuracy; the
     traffic's offered rate, the same for every configuration of a plan)."""
@@ -31,6 +32,9 @@ def headline(result: ClusterSummary) -> dict[str, Any]:
     if result.lockstep:
         shares = (cost.prefill_held_share for cost in result.lockstep.values())
         held = {"lockstep_prefill_held_share": max(shares)}
+    split = result.prefill_queueing
+    if split is not None:  # what the prefill queue waited for (report.slo_why.moves)
+        held["prefill_queue_decode_share"] = split.decode_share
     return {
         **held,
         "disaggregated": result.disaggregated,

@@ -283,6 +283,9 @@ class StepBound:
     # a pipelined step's bubble (``StepTiming.pipeline``): its stages' idle share; None
     # without a pipeline
     bubble: float | None = None
+    # a decode pipeline's estimate at fewer micro-batches when faster (its
+    # ``pipeline.fewer_micro_batches``: micro_batches, device_s, now_s); None otherwise
+    fewer_micro_batches: Mapping[str, float] | None = None
     launch_s: float = 0.0
     loop_s: float = 0.0
     host_link_s: float = 0.0
@@ -361,6 +364,9 @@ def step_bound(timing: StepTiming, hardware: Hardware) -> StepBound:
         flops=timing.flops,
         runtime_s=timing.runtime_s,
         bubble=bubble,
+        fewer_micro_batches=None
+        if timing.pipeline is None
+        else timing.pipeline.get("fewer_micro_batches"),
         launch_s=times["launch"],
         loop_s=times["loop"],
         host_link_s=times["host_link"],
@@ -396,6 +402,21 @@ def bubble_words(bubble: float, caveat: bool = True) -> str:
     brackets unless ``caveat`` is false (a sentence naming several bubbles says it once)."""
     words = f"the pipeline's bubble {human.percent(bubble)} of its stages' time"
     return f"{words} ({BUBBLE_CAVEAT})" if caveat else words
+
+
+def micro_batch_words(fewer: Mapping[str, float]) -> str:
+    """A decode pipeline's fewer micro-batches in words, from its step's
+    ``pipeline.fewer_micro_batches`` (``engine.pipeline.fewer_micro_batches``): that every
+    micro-batch re-reads its stage's weights, so fewer of them would take less device time,
+    by how much, and that it is this step's estimate."""
+    parts = int(fewer["micro_batches"])
+    return (
+        f"parallelism.micro_batches: {parts} would take about "
+        f"{human.duration(fewer['device_s'])} of device time against "
+        f"{human.duration(fewer['now_s'])} (fewer re-reads of each stage's weights outweigh "
+        "a longer fill and drain; this step's estimate: a stage's weight reads once a "
+        "micro-batch, the rest scaling with its sequences)"
+    )
 
 
 PART_WORDS: dict[str, str] = {

@@ -47,6 +47,7 @@ from rdu_sim.report.cluster_summary import (
     OfferedLoad,
     PoolKVPool,
     PoolSummary,
+    PrefillQueueing,
     PrefixCacheStats,
     ReplicaSummary,
     SLOTargets,
@@ -397,7 +398,97 @@ def summarize_cluster(
         slo_binding=_slo_binding(cols, served, slo),
         occupancy=_round(occupancy),
         throughput_bound=cluster_bound(by_pool, latency),
+        prefill_queueing=prefill_queueing(run, served, by_pool),
     )
+
+
+def prefill_queueing(
+    run: ClusterRun, served: NDArray[np.bool_], by_pool: Mapping[str, float]
+) -> PrefillQueueing | None:
+    """A disaggregated run's prefill queueing split by what held the slots it waited for
+    (:class:`PrefillQueueing`), from the per-request times: on each prefill replica a slot
+    is held from admission to its KV cache's arrival (to the finish for a request of one
+    token, never sent); of that, from the first token to the decode slot's reservation it
+    waits for the decode pool, then for the transfer. Each request's queueing, instant by
+    instant, is shared in proportion to its replica's slots in each state (nothing held:
+    the prefill's). None without a prefill pool."""
+    replicas = run.cluster.replicas
+    fronts = [r.index for r in replicas if r.runtime.config.role == "prefill"]
+    if not fronts:
+        return None
+    serving, records = run.serving, run.records
+    sent = records.kv_end_ps != UNSET
+    release = np.where(sent, records.kv_end_ps, serving.finish_ps)
+    queued = np.zeros(3)  # behind: prefills, decode slots, transfers (ps)
+    for index in fronts:
+        took = np.flatnonzero(served & (records.replica == index))
+        mine = took[sent[took]]
+        busy = _step_function(serving.admit_ps[took], release[took])
+        waiting = _step_function(serving.first_token_ps[mine], records.kv_start_ps[mine])
+        sending = _step_function(records.kv_start_ps[mine], records.kv_end_ps[mine])
+        arrive, admit = serving.arrival_ps[took], serving.admit_ps[took]
+        for i, held in enumerate((waiting, sending), start=1):
+            queued[i] += _share_integral(busy, held, arrive, admit)
+        queued[0] += float((admit - arrive).sum())
+    queued[0] -= queued[1] + queued[2]
+    total = float(queued.sum())
+    share = (queued[1] + queued[2]) / total if total > 0 else 0.0
+    decode = {
+        r.runtime.name: _round(by_pool.get(r.runtime.name, 0.0))
+        for r in replicas
+        if r.runtime.config.role == "decode"
+    }
+    prefill_s, decode_slot_s, kv_transfer_s = (_round(float(q) / PS_PER_S) for q in queued)
+    return PrefillQueueing(
+        total_s=_round(total / PS_PER_S),
+        prefill_s=prefill_s,
+        decode_slot_s=decode_slot_s,
+        kv_transfer_s=kv_transfer_s,
+        decode_share=_round(share),
+        waits_for="decode" if share > 0.5 else "prefill",
+        decode_pools=decode,
+    )
+
+
+StepFunction = tuple[NDArray[np.int64], NDArray[np.int64]]
+
+
+def _step_function(start: NDArray[np.int64], end: NDArray[np.int64]) -> StepFunction:
+    """How many of the intervals ``[start, end)`` are open: the times it changes at and its
+    value from each on."""
+    times = np.concatenate([start, end])
+    if times.size == 0:  # no interval: never open
+        return times, times
+    deltas = np.concatenate([np.ones_like(start), -np.ones_like(end)])
+    order = np.argsort(times, kind="stable")
+    times, count = times[order], np.cumsum(deltas[order])
+    last = np.append(times[1:] != times[:-1], True)  # the value after an instant's changes
+    return times[last], count[last]
+
+
+def _value_at(function: StepFunction, times: NDArray[np.int64]) -> NDArray[np.int64]:
+    """A step function's value on ``[t, next change)`` for each of ``times``."""
+    at, value = function
+    if at.size == 0:
+        return np.zeros(len(times), dtype=np.int64)
+    index = np.searchsorted(at, times, side="right") - 1
+    return np.where(index >= 0, value[np.maximum(index, 0)], 0)
+
+
+def _share_integral(
+    busy: StepFunction, held: StepFunction, start: NDArray[np.int64], end: NDArray[np.int64]
+) -> float:
+    """The sum over ``[start, end)`` intervals of the time-integral of ``held / busy`` (0
+    where nothing is busy), in ps."""
+    times = np.union1d(busy[0], held[0])
+    if times.size == 0:
+        return 0.0
+    b, h = _value_at(busy, times), _value_at(held, times)
+    ratio = np.divide(h, b, out=np.zeros(times.size), where=b > 0)
+    widths = np.diff(times).astype(np.float64)
+    cumulative = np.concatenate([[0.0], np.cumsum(ratio[:-1] * widths)])
+    at = times.astype(np.float64)  # the integral is linear between changes: interp is exact
+    return float((np.interp(end, at, cumulative) - np.interp(start, at, cumulative)).sum())
 
 
 def _kv_pool(replicas: Sequence[Replica], pool: str) -> PoolKVPool | None:

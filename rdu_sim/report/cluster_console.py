@@ -132,16 +132,19 @@ def _trace_rows_left_out(traffic: TrafficSummary) -> list[tuple[str, str]]:
 def binding_caption(result: ClusterSummary) -> str:
     """The SLO half that binds, in words (why the SLO is missed, or which half is tightest);
     for a time to first token, how much of it is queueing at the median, which tells
-    waiting for a replica from a slow prefill."""
+    waiting for a replica from a slow prefill, and when disaggregated what the queue waited
+    for (prefills, or prefilled requests the decode pool had no slot for)."""
     lines = []
     for verdict in result.slo_binding:
         text = verdict.sentence()
         queued, first = result.queue_delay_s.p50, result.ttft_s.p50
         if verdict.half == "ttft" and queued is not None and first:
-            text += (
-                f"; at the median, {human.duration(queued)} of its {human.duration(first)} "
-                "is queueing (waiting for a slot or for other prefills)"
-            )
+            text += f"; at the median, {human.duration(queued)} of its {human.duration(first)} "
+            split = result.prefill_queueing
+            if split is None:
+                text += "is queueing (waiting for a slot or for other prefills)"
+            else:
+                text += f"is queueing for a prefill slot: {split.words()}"
         lines.append(f"{'tightest half' if result.slo_met else 'why not met'}: {text}")
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ import copy
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rdu_sim import human
 from rdu_sim.cluster.traffic import TrafficSummary
 from rdu_sim.kv.policies import KeptCounts
 from rdu_sim.report.energy import Energy
@@ -271,6 +272,54 @@ class KVTransfer:
 
 
 @dataclass(frozen=True)
+class PrefillQueueing:
+    """A disaggregated run's queueing for a prefill slot (TTFT's wait: its first token comes
+    out of the prefill), split by what held the slots each request waited for. A prefill
+    replica's slot holds a prefilled request until its KV cache has left, which starts only
+    once a decode replica reserved a slot for it: a full decode pool blocks the prefill
+    slots, so a TTFT's queueing can be the decode pool's. Each instant a request waited is
+    shared among the slots its replica held then, in proportion (seconds summed over served
+    requests): ``prefill_s`` behind slots prefilling (or none held), ``decode_slot_s``
+    behind prefilled requests waiting for a decode slot, ``kv_transfer_s`` behind caches
+    being sent. ``waits_for``: ``decode`` when the last two are most of the queueing
+    (``decode_share`` > 1/2), else ``prefill``; ``decode_pools`` each decode pool's
+    occupancy."""
+
+    total_s: float
+    prefill_s: float
+    decode_slot_s: float
+    kv_transfer_s: float
+    decode_share: float
+    waits_for: str
+    decode_pools: dict[str, float]
+
+    def words(self) -> str:
+        """The split in words, naming the pool that binds and its lever."""
+        if self.total_s <= 0:
+            return "no request queued for a prefill slot"
+        pools = " and ".join(
+            f"pool {name} ({human.percent(occupancy)} occupied)"
+            for name, occupancy in self.decode_pools.items()
+        )
+        split = (
+            f"{human.percent(self.decode_share)} of the queueing waited behind prefill slots "
+            f"holding prefilled requests until {pools} took them (a decode slot "
+            f"{human.percent(self.decode_slot_s / self.total_s)}, the KV transfer "
+            f"{human.percent(self.kv_transfer_s / self.total_s)}), "
+            f"{human.percent(self.prefill_s / self.total_s)} behind prefills"
+        )
+        if self.waits_for == "decode":
+            lever = (
+                "the decode pool binds: more decode replicas or decode batch slots would move "
+                "it (more prefill slots would fill the same way)"
+            )
+            if self.kv_transfer_s > self.decode_slot_s:
+                lever = "the hand-off binds: a faster KV link (kv_transfer) would move it"
+            return f"{split}; {lever}"
+        return f"{split}; the prefill pool binds: more prefill replicas would move it"
+
+
+@dataclass(frozen=True)
 class ClusterSummary(ClusterMeta):
     """The metrics of one cluster run, typed (after what the run is, :class:`ClusterMeta`);
     :meth:`to_dict` is the JSON contract of ``rdu-sim run CLUSTER --json`` (docs/cluster.md
@@ -311,11 +360,13 @@ class ClusterSummary(ClusterMeta):
     # on the busiest pool's occupancy (``pools[...].occupancy``): ``offered_load`` when even
     # its slots stood mostly idle and queueing was not most of the time to first token
     throughput_bound: str = "machine"
+    # disaggregated: the prefill queueing split by what held the slots (None otherwise)
+    prefill_queueing: PrefillQueueing | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer`` and
-        ``lockstep`` only when the cluster has them. The provenance is kept exact, and copied,
-        as a run's is (``RunSummary.to_dict``)."""
+        """The JSON contract: nested plain dicts; ``prefix_cache``, ``kv_transfer``,
+        ``lockstep`` and ``prefill_queueing`` only when the cluster has them. The provenance is
+        kept exact, and copied, as a run's is (``RunSummary.to_dict``)."""
         data: dict[str, Any] = asdict(replace(self, provenance={}, per_replica=[], slo_binding=()))
         data["slo_binding"] = [v.to_dict() for v in self.slo_binding]
         for name, pool in data["pools"].items():  # a rank a replica: as before ranks existed
@@ -334,7 +385,7 @@ class ClusterSummary(ClusterMeta):
                         del pool["kv_pool"][key]
         data["traffic"] = self.traffic.to_dict()
         data["per_replica"] = [r.to_dict() for r in self.per_replica]
-        for optional in ("prefix_cache", "kv_transfer", "lockstep"):
+        for optional in ("prefix_cache", "kv_transfer", "lockstep", "prefill_queueing"):
             if data[optional] is None:
                 del data[optional]
         if "prefix_cache" in data:

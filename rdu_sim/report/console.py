@@ -23,7 +23,13 @@ from rdu_sim.config.economics import figure_words
 from rdu_sim.config.parallelism import describe_layout, replica_devices
 from rdu_sim.config.stack import NONE
 from rdu_sim.kv.policies import KeptCounts
-from rdu_sim.report.bound import bound_label, bubble_words, others_alone, resource_words
+from rdu_sim.report.bound import (
+    bound_label,
+    bubble_words,
+    micro_batch_words,
+    others_alone,
+    resource_words,
+)
 from rdu_sim.report.console_coe import coe_table, region_words
 from rdu_sim.report.console_speculation import speculation_table
 from rdu_sim.report.energy import Energy
@@ -572,6 +578,10 @@ def serving_table(result: RunSummary) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    fewer = None if result.decode_step is None else result.decode_step.fewer_micro_batches
+    if fewer is not None:  # a long clause: the caption wraps where the value column cuts
+        table.caption = f"Decode step: {micro_batch_words(fewer)}."
+        table.caption_justify = "left"
     return table
 
 

@@ -25,10 +25,12 @@ prefill steps alone makes its decoding sequences wait for every chunk, so chunki
 one wait into several, no shorter in sum); where attention ranks step in lockstep and
 other ranks' prefills hold at least half of the TPOT above its floor, disaggregation
 first; where prefill and decode are already apart, more replicas of the side that waits
-and, for the TPOT, a faster KV link. A run's TPOT whose floor (one decode step) is over
-half of its value (``step_most``: the step is then the larger part of each token's time,
-more than all the waiting together) is moved first by a shorter step: fewer batch slots
-or more tp, said with both numbers.
+and, for the TPOT, a faster KV link (for the TTFT, the decode side first when most of the
+prefill queueing waited behind prefilled requests holding their slots until a decode slot
+freed: ``prefill_queue_decode_share``, ``report.cluster.prefill_queueing``). A run's TPOT
+whose floor (one decode step) is over half of its value (``step_most``: the step is then
+the larger part of each token's time, more than all the waiting together) is moved first
+by a shorter step: fewer batch slots or more tp, said with both numbers.
 """
 
 from __future__ import annotations
@@ -238,10 +240,19 @@ def moves(
         )
     if metrics.get("disaggregated"):  # (prefill replicas never wait on decode steps)
         if half == "ttft":
-            return (
+            prefill = (
                 "more prefill replicas (a larger P in the P:D split: prompts queue for one)",
                 "chunked prefill (serving.prefill_chunk_tokens: a long prompt stops holding "
                 "the queue)",
+            )
+            held = metrics.get("prefill_queue_decode_share")
+            if held is None or float(held) <= 0.5:
+                return prefill
+            return (  # prefill slots held by prefilled requests the decode pool cannot take
+                "more decode replicas or decode batch slots (a larger D in the P:D split: "
+                f"{human.percent(float(held))} of the prefill queueing waited behind "
+                "prefilled requests holding their prefill slots until a decode slot freed)",
+                *prefill,
             )
         return (
             *_shorter_step(metrics, more_tp, attainment),

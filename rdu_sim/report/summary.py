@@ -437,6 +437,9 @@ class DecodeStepBound:
     # a pipelined step's bubble (``report.bound.StepBound.bubble``); None, and left out of
     # the JSON, without a pipeline
     pipeline_bubble: float | None = None
+    # a decode pipeline's estimate at fewer micro-batches when it is faster
+    # (``report.bound.StepBound.fewer_micro_batches``); None, and left out of the JSON, else
+    fewer_micro_batches: dict[str, float] | None = None
     launch_s: float = 0.0
     loop_s: float = 0.0
     host_link_s: float = 0.0
@@ -521,6 +524,9 @@ def _bound_fields(shape: StepShape, detail: StepTiming, hardware: Hardware) -> d
         "blocks_s": bound.blocks_s,
         "boundaries_s": bound.boundaries_s,
         "pipeline_bubble": bound.bubble,
+        "fewer_micro_batches": None
+        if bound.fewer_micro_batches is None
+        else dict(bound.fewer_micro_batches),
         "launch_s": bound.launch_s,
         "loop_s": bound.loop_s,
         "host_link_s": bound.host_link_s,
@@ -621,6 +627,8 @@ class RunSummary:
             step = data[key]
             if step is not None and step["pipeline_bubble"] is None:
                 del step["pipeline_bubble"]  # only a pipeline has one (as step's ``pipeline``)
+            if step is not None and step["fewer_micro_batches"] is None:
+                del step["fewer_micro_batches"]  # only when fewer would be faster
         data["kv_kept"] = self.kv_kept.to_dict()
         pool = data["kv_pool"]
         if pool is None:

@@ -135,6 +135,10 @@ MISSING_REASONS: tuple[tuple[str, str], ...] = (
     ),
     ("decode_step.pipeline_bubble", "the step runs no pipeline (parallelism.pp 1)"),
     ("prefill_step.pipeline_bubble", "the step runs no pipeline (parallelism.pp 1)"),
+    (
+        "decode_step.fewer_micro_batches",
+        "no fewer micro-batches would decode faster by the step's estimate (or no pipeline)",
+    ),
     ("decode_step", "the run ran no decode step"),
     ("prefill_step", "the run ran no prefill step"),
     (
