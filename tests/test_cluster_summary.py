@@ -57,7 +57,8 @@ TOP_KEYS = {
     "energy",
     "provenance",
 }
-"""The JSON's top-level keys (docs/cluster.md), plus ``prefix_cache`` and ``kv_transfer``
+"""The JSON's top-level keys (docs/cluster.md), plus ``prefix_cache``, ``kv_transfer`` and
+``prefill_queueing``
 when the cluster has them."""
 
 
@@ -105,7 +106,7 @@ def test_the_json_is_the_typed_summary_and_every_attribute_is_its_json_value(
     assert isinstance(summary, ClusterSummary) and result.summary() is summary
     data = result.to_dict()
     assert data == summary.to_dict()
-    assert set(data) == TOP_KEYS | {"prefix_cache", "kv_transfer"}
+    assert set(data) == TOP_KEYS | {"prefix_cache", "kv_transfer", "prefill_queueing"}
     # the attributes, as plain values, are the JSON's (the traffic's one renamed counter and
     # the keys a cluster without a prefix cache leaves out aside): floats already rounded
     attributes = _leaves(dataclasses.asdict(dataclasses.replace(summary, provenance={})))
