@@ -58,8 +58,7 @@ TOP_KEYS = {
     "provenance",
 }
 """The JSON's top-level keys (docs/cluster.md), plus ``prefix_cache``, ``kv_transfer`` and
-``prefill_queueing``
-when the cluster has them."""
+``prefill_queueing`` when the cluster has them."""
 
 
 def _disaggregated_with_prefix_cache(folder: Path) -> Path:
