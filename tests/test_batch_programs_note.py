@@ -77,3 +77,18 @@ def test_a_plan_row_of_slots_the_stack_has_no_program_of_says_so(
     assert f"slots 24: {NOTE}" in capsys.readouterr().out
     best = {**rows[24], "margin": None, "run_command": None}
     assert f"  batch_slots=24: {NOTE}" in plan_cmd._answer_lines(best, "socket")
+
+
+def test_a_tie_goes_to_slots_the_stack_has_a_program_of(tmp_path: Path) -> None:
+    """16 and 24 slots both meet the SLO on one socket, 24 with the lower p99 TTFT: the
+    answer is 16, which SambaStack can deploy, and 24's row follows it with its note."""
+    slo = {"ttft": "5 s", "tpot": "100 ms", "attainment": 0.5}
+    spec = write_plan(tmp_path, {"tp": [1], "batch_slots": [16, 24]}, requests=40, slo=slo)
+    result = run_plan(spec, db=tmp_path / "p.sqlite", evaluate=fake_evaluate)
+    first, second = plan_summary(result)["configurations"]
+    assert (first["batch_slots"], second["batch_slots"]) == (16, 24)
+    assert first["sockets"] == second["sockets"] == 1
+    assert first["ttft_p99_s"] > second["ttft_p99_s"]  # what decided it before programs
+    assert first["batch_note"] is None and second["batch_note"] == NOTE
+    cheapest = result.cheapest()
+    assert cheapest is not None and cheapest.configuration.batch_slots == 16

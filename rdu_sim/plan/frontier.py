@@ -35,7 +35,7 @@ from rdu_sim.cluster.scenario import ClusterScenario
 from rdu_sim.config.cluster import KVTransferConfig, SLOConfig
 from rdu_sim.config.origins import predicted_words
 from rdu_sim.plan.margin import margin
-from rdu_sim.plan.search import PlanResult, Search, _rank
+from rdu_sim.plan.search import PlanResult, Search, rank
 from rdu_sim.plan.spec import Configuration, LoadedPlan
 from rdu_sim.provenance import shown_file, simulator
 from rdu_sim.report.percentiles import rounded
@@ -240,7 +240,9 @@ def _duration(seconds: Any) -> str:
 
 def frontier_rows(result: PlanResult) -> list[dict[str, Any]]:
     """Every configuration's row, the configurations that met the SLO first, cheapest first."""
-    met = sorted((s for s in result.searches if s.status == "met"), key=_rank)
+    met = sorted(
+        (s for s in result.searches if s.status == "met"), key=lambda s: rank(s, result.plan)
+    )
     rest = sorted((s for s in result.searches if s.status != "met"), key=lambda s: ORDER[s.status])
     rows = [_row(s, result.plan) for s in met + rest]
     best_goodput = -1.0

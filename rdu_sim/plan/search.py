@@ -163,19 +163,27 @@ class PlanResult:
     db: Path
 
     def cheapest(self) -> Search | None:
-        """The configuration meeting the SLO on the fewest sockets (ties: higher goodput,
-        then lower p99 TTFT, then spec order)."""
+        """The configuration meeting the SLO on the fewest sockets (ties: :func:`rank`'s)."""
         met = [s for s in self.searches if s.answer is not None]
         if not met:
             return None
-        return min(met, key=_rank)
+        return min(met, key=lambda search: rank(search, self.plan))
 
 
-def _rank(search: Search) -> tuple[float, float, float]:
+def rank(search: Search, plan: LoadedPlan) -> tuple[float, bool, float, float]:
+    """A configuration that met the SLO, cheapest first: fewer sockets; on a tie, batch slots
+    the serving stack has a program of (``LoadedPlan.batch_note``: an answer it can deploy),
+    then the higher goodput, then the lower p99 TTFT (then spec order: a stable sort)."""
     answer = search.answer
     assert answer is not None
     ttft = answer.get("ttft_p99_s")
-    return (answer["sockets"], -float(answer["goodput_fraction"]), float(ttft or 0.0))
+    unrunnable = plan.batch_note(search.configuration) is not None
+    return (
+        answer["sockets"],
+        unrunnable,
+        -float(answer["goodput_fraction"]),
+        float(ttft or 0.0),
+    )
 
 
 def _best_sockets(searches: list[Search]) -> int | None:
