@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from rdu_sim.cli.main import cli
 from rdu_sim.config import shipped
 from rdu_sim.report import plots
-from rdu_sim.report.plots_sweep import axis_title
+from rdu_sim.report.plots_sweep import axis_title, line_axes
 from rdu_sim.sweep import load, run_sweep
 
 # sweep -> (the x axis the plot picks, lines, points per line)
@@ -504,3 +504,27 @@ def test_memory_of_a_batch_sweep_goes_along_the_batch(tmp_path: Path) -> None:
     assert ax.get_xlabel() == "batch slots"
     assert "Memory per socket vs batch slots" in " ".join(figure.get_suptitle().split())
     assert [t.get_text().split("\n")[1] for t in ax.get_xticklabels()] == ["1 slots", "4 slots"]
+
+
+def test_a_sparse_stopped_sweep_keeps_its_independent_axes_apart(tmp_path: Path) -> None:
+    """Which axes move together was read off the stored rows: a stopped sweep holding batch 1
+    at 1 TB/s and batch 2 at 2 TB/s looked like a zip of the two, and drew one line. The
+    spec's points (stored before any runs) say the two are crossed: a line per bandwidth."""
+    import sqlite3
+
+    axes = {"serving.batch_slots": [1, 2, 4], "hw.socket.hbm.bandwidth": ["1 TB/s", "2 TB/s"]}
+    db = grid_db(tmp_path, axes)
+    keys = list(load(db)["key"])  # grid order: (1, 1 TB/s), (1, 2 TB/s), (2, 1 TB/s), ...
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM results WHERE key NOT IN (?, ?)", (keys[0], keys[3]))
+    connection.close()
+    frame = load(db)
+    assert list(frame["hw.socket.hbm.bandwidth"]) == ["1 TB/s", "2 TB/s"]
+    figure = plots.sweep_plot(frame)
+    assert [str(line.get_label()) for line in lines_of(figure)] == [
+        "hbm.bandwidth=1 TB/s",
+        "hbm.bandwidth=2 TB/s",
+    ]
+    # a real zip stays one axis, stopped or not (llama8b-sockets zips tp with the sockets)
+    zipped = load(synthetic_db("llama8b-sockets", tmp_path))
+    assert line_axes(zipped, "parallelism.tp") == []

@@ -485,9 +485,17 @@ def _tick(value: Any) -> str:
 
 
 def _follows(frame: Any, lead: str, other: str) -> bool:
-    """True when each value of ``lead`` comes with one value of ``other`` (a zipped axis)."""
+    """True when each value of ``lead`` comes with one value of ``other`` (a zipped axis):
+    over the spec's points where the frame has them (``attrs["axis_points"]``,
+    ``rdu_sim.sweep.load``: a stopped sweep's few stored rows can pair two crossed axes
+    one to one), else over its rows."""
+    planned = (getattr(frame, "attrs", None) or {}).get("axis_points")
+    if planned and all(lead in point and other in point for point in planned):
+        pairs = [(point[lead], point[other]) for point in planned]
+    else:
+        pairs = list(zip(frame[lead], frame[other], strict=True))
     seen: dict[str, set[str]] = {}
-    for a, b in zip(frame[lead], frame[other], strict=True):
+    for a, b in pairs:
         seen.setdefault(_key(a), set()).add(_key(b))
     return all(len(values) == 1 for values in seen.values())
 

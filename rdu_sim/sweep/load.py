@@ -110,19 +110,27 @@ def _spec_points(frame: pd.DataFrame, planned: dict[str, str] | None) -> None:
     """Say in ``frame.attrs`` how many points the sweep's spec has (``spec_points``: the
     points it recorded before running any, ``Store.members``; the rows' count when it
     recorded none) and how many the database holds (``stored_points``), so a reader of an
-    interrupted sweep sees what is missing; and each axis's values over the spec's points
+    interrupted sweep sees what is missing; each axis's values over the spec's points
     (``axis_values``, in grid order), so an axis whose stored points share one value (an
-    interrupted sweep's first points) still counts as swept."""
+    interrupted sweep's first points) still counts as swept; and each spec point's axis
+    values (``axis_points``, in grid order), so which axes move together (a zip) is read
+    off the spec, not off the few rows a stopped sweep stored."""
     frame.attrs["stored_points"] = len(frame)
     frame.attrs["spec_points"] = len(frame) if planned is None else len(planned)
     if planned is None:
         return
     values: dict[str, dict[str, Any]] = {}
+    points: list[dict[str, Any]] = []
     for text in planned.values():
         point = json.loads(text)
-        for axis, value in point.items() if isinstance(point, dict) else ():
-            column = flat_name(axis, "overrides")
+        columns = {
+            flat_name(axis, "overrides"): value
+            for axis, value in (point.items() if isinstance(point, dict) else ())
+        }
+        for column, value in columns.items():
             values.setdefault(column, {}).setdefault(json.dumps(value, sort_keys=True), value)
+        points.append({c: v for c, v in columns.items() if c in frame.columns})
+    frame.attrs["axis_points"] = points
     frame.attrs["axis_values"] = {
         axis: list(seen.values()) for axis, seen in values.items() if axis in frame.columns
     }
