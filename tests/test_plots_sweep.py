@@ -497,9 +497,10 @@ def test_memory_of_a_batch_sweep_goes_along_the_batch(tmp_path: Path) -> None:
     out = tmp_path / "memory.png"
     result = CliRunner().invoke(cli, ["plot", "memory", str(db), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.output.count("note: 1 failed point of 3 not drawn") == 1
-    frame = load(db)
-    figure = plots.plot("memory", frame[frame["status"] == "done"])
+    assert "not drawn" not in result.output  # the figure says it (the sweep plot's note)
+    figure = plots.plot("memory", load(db))
+    note = " ".join(figure.get_supxlabel().split())  # type: ignore[attr-defined]
+    assert "1 of 3 points failed and are not drawn" in note
     ax = figure.axes[0]
     assert ax.get_xlabel() == "batch slots"
     assert "Memory per socket vs batch slots" in " ".join(figure.get_suptitle().split())
@@ -528,3 +529,62 @@ def test_a_sparse_stopped_sweep_keeps_its_independent_axes_apart(tmp_path: Path)
     # a real zip stays one axis, stopped or not (llama8b-sockets zips tp with the sockets)
     zipped = load(synthetic_db("llama8b-sockets", tmp_path))
     assert line_axes(zipped, "parallelism.tp") == []
+
+
+def test_memory_of_a_sweep_goes_along_its_axis_and_says_what_it_leaves_out(
+    tmp_path: Path,
+) -> None:
+    """A sweep over the HBM capacity drew its bars in context order (one context: any
+    order), labelled by context, with the failed point on stderr only. Its bars go along
+    the capacity in order, each named by its value as the spec wrote it, the axis named
+    by its field, and the note the sweep plot writes (its rule) is in the figure."""
+    axes = {"hw.socket.hbm.capacity": ["96 GiB", "48 GiB", "64 GiB", "32 GiB"]}
+    db = grid_db(tmp_path, axes, fail_when={"hw.socket.hbm.capacity": 68719476736})
+    frame = load(db)
+    figure = plots.plot("memory", frame)
+    ax = figure.axes[0]
+    assert ax.get_xlabel() == axis_title("hw.socket.hbm.capacity")
+    ticks = [t.get_text().split("\n")[0] for t in ax.get_xticklabels()]
+    assert ticks == ["32 GiB", "48 GiB", "96 GiB"]
+    free = [bar.get_height() for bar in ax.containers[-1]]  # more HBM, more room free
+    assert free == sorted(free) and free[0] < free[-1]
+    assert "Memory per socket vs hbm.capacity" in " ".join(figure.get_suptitle().split())
+    note = " ".join(figure.get_supxlabel().split())  # type: ignore[attr-defined]
+    assert "1 of 4 points failed and are not drawn, all at hbm.capacity=64 GiB" in note
+    out = tmp_path / "memory.png"
+    result = CliRunner().invoke(cli, ["plot", "memory", str(db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "not drawn" not in result.output  # said in the figure, as plot sweep says it
+
+
+def test_memory_of_a_stopped_two_axis_sweep(tmp_path: Path) -> None:
+    """Two crossed axes: the bars go along the first that is a quantity (plot sweep's x), a
+    column per value of the other (its lines); --x picks the axis; a stopped sweep says
+    how many points it has not run."""
+    import sqlite3
+
+    axes = {"hw.socket.hbm.bandwidth": ["2 TB/s", "1 TB/s"], "serving.batch_slots": [1, 2]}
+    db = grid_db(tmp_path, axes)
+    keys = list(load(db)["key"])
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM results WHERE key = ?", (keys[0],))
+    connection.close()
+    frame = load(db)
+    figure = plots.memory_footprint(frame)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles == ["HBM · serving.batch_slots=1", "HBM · serving.batch_slots=2"]
+    ticks = [t.get_text().split("\n")[:2] for t in figure.axes[1].get_xticklabels()]
+    assert ticks == [["1 TB/s", "2 slots"], ["2 TB/s", "2 slots"]]
+    assert len(figure.axes[0].get_xticklabels()) == 1  # (2 TB/s, batch 1) not run
+    note = " ".join(figure.get_supxlabel().split())  # type: ignore[attr-defined]
+    assert "1 of 4 points not run yet" in note
+    along = plots.memory_footprint(frame, x="serving.batch_slots")
+    assert along.axes[0].get_xlabel() == "batch slots"
+    assert [ax.get_title() for ax in along.axes] == [
+        "HBM · hbm.bandwidth=1 TB/s",
+        "HBM · hbm.bandwidth=2 TB/s",
+    ]
+    out = tmp_path / "memory.png"
+    result = CliRunner().invoke(cli, ["plot", "memory", str(db), "--x", "hbm.nope", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "no column 'hbm.nope'; its swept axes: hw.socket.hbm.bandwidth" in result.output

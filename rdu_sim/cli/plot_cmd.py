@@ -11,9 +11,10 @@ INPUT is read by its suffix:
   ``rdu-sim validate --suite deployment --json`` prints or ``rdu-sim calibrate``'s fit.json;
 * ``.sqlite`` / ``.db`` / ``.sqlite3``: a sweep database, read with ``rdu_sim.sweep.load``;
   ``sweep`` plots a metric (``--y``) along any swept axis (``--x``), a line per value of the
-  other axes (``--by``), each defaulted from the spec's axes; ``throughput`` and ``capacity``
-  go along the swept axis when the sweep keeps the context fixed, and along the context
-  (a line per KV policy) when it varies it;
+  other axes (``--by``), each defaulted from the spec's axes; ``memory`` goes along the same
+  axis (``--x``), a column of bars per value of the other axes (``--by``); ``throughput``
+  and ``capacity`` go along the swept axis when the sweep keeps the context fixed, and
+  along the context (a line per KV policy) when it varies it;
 * ``.yaml`` / ``.yml``: a workload, simulated here (``rdu_sim.studies``), each point being
   what ``rdu-sim run WORKLOAD --set serving.max_context=C --set kv.policy=P`` runs: the
   compiler's memory plan and batch capacity over ``--contexts`` and ``--policies`` (memory,
@@ -66,6 +67,9 @@ _KINDS = (
     "crossover",
     "sweep",
 )
+_NOTED_KINDS = ("sweep", "memory")
+"""Plots of a sweep database that say in the figure what they leave out (failed points,
+points not run yet: ``plots_sweep.left_out_note``); the others say it on stderr."""
 _SWEEP_KINDS = {
     "speculation": "workloads/sweeps/speculation-acceptance-k.yaml",
     "crossover": "workloads/sweeps/speculation-crossover.yaml",
@@ -226,7 +230,7 @@ def _cluster_record(results: dict[str, Any], path: Path, kind: str) -> dict[str,
 def _read_db(path: Path, sweep: str | None, *, keep_failed: bool = False) -> Any:
     """The finished points of the database's one sweep, or of ``sweep`` (a database may hold
     several sweeps, or a sweep and a plan's points, whose rows do not plot together); with
-    ``keep_failed`` its failed points too (the sweep plot's note over its axes counts them), else a
+    ``keep_failed`` its failed points too (the sweep and memory plots' note counts them), else a
     line on stderr says how many are left out, and one how many the sweep has not run yet."""
     from rdu_sim.sweep import load
     from rdu_sim.sweep.load import sweep_names
@@ -386,7 +390,10 @@ STOPPED = STOPS["plot"]
     help="Requests of the serving run when INPUT is a workload (latency, occupancy).",
 )
 @click.option(
-    "--x", "x_axis", default=None, help="sweep: the axis along x (default: the first swept)."
+    "--x",
+    "x_axis",
+    default=None,
+    help="sweep, memory of a sweep database: the axis along x (default: the first swept).",
 )
 @click.option(
     "--y",
@@ -400,7 +407,8 @@ STOPPED = STOPS["plot"]
     "--by",
     "by_columns",
     multiple=True,
-    help="sweep: a column whose values get a line each (repeatable; default: the other axes).",
+    help="sweep: a column whose values get a line each (memory: a column of bars each; "
+    "repeatable; default: the other axes).",
 )
 @click.option(
     "--sweep",
@@ -495,7 +503,7 @@ def command(
             requests,
         )
     elif suffix in _DB_SUFFIXES:
-        results = _read_db(input_path, sweep_name, keep_failed=kind == "sweep")
+        results = _read_db(input_path, sweep_name, keep_failed=kind in _NOTED_KINDS)
     else:
         results = _read_json(input_path, kind)
         if is_cluster_result(results):
@@ -503,11 +511,12 @@ def command(
         else:
             results = _attach_siblings(results, input_path.parent)
     try:
-        figure = (
-            plots.sweep_plot(results, x=x_axis, y=y_metric, by=by_columns or None)
-            if kind == "sweep"
-            else plots.plot(kind, results)
-        )
+        if kind == "sweep":
+            figure = plots.sweep_plot(results, x=x_axis, y=y_metric, by=by_columns or None)
+        elif kind == "memory" and suffix in _DB_SUFFIXES:
+            figure = plots.memory_footprint(results, x=x_axis, by=by_columns or None)
+        else:
+            figure = plots.plot(kind, results)
         source = f"rdu-sim plot {kind} {input_path.name}" + "".join(
             f" --set {edit}" for edit in overrides
         )

@@ -2,7 +2,9 @@
 
 These answer the first question about SnapStream: a full-attention slot grows with the
 context, a SnapStream slot is capped at its budget, so at long context the same HBM holds
-several times more slots.
+several times more slots. A sweep database's memory goes along the axis ``plot sweep``
+goes along (any swept field: an HBM capacity, a TP degree), a column per value of the
+sweep's other axes, with the sweep plot's note of the points it leaves out.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from rdu_sim.report.plots_data import (
     RunPoint,
     as_runs,
     group_runs,
+    lookup,
+    short_names,
     titled,
 )
 from rdu_sim.report.plots_style import (
@@ -34,6 +38,16 @@ from rdu_sim.report.plots_style import (
     note_settings,
     plain_log2,
     use_token_axis,
+)
+from rdu_sim.report.plots_sweep import (
+    axis_title,
+    check_columns,
+    default_x,
+    left_out_note,
+    line_axes,
+    point_counts,
+    value_order,
+    value_tick,
 )
 
 __all__ = ["batch_capacity", "memory_footprint"]
@@ -77,15 +91,70 @@ def _context(run: RunPoint) -> int:
     return context
 
 
-def _bars_along(runs: Sequence[RunPoint]) -> tuple[Callable[[RunPoint], int], str]:
+def _bars_along(runs: Sequence[RunPoint]) -> tuple[Callable[[RunPoint], Any], str]:
     """What a column's bars go along, and its words: the batch slots when the runs share one
     context and differ in their batch (a sweep over the batch: "vs context" over bars of
     one context would be wrong), else the context."""
     contexts = {_context(r) for r in runs}
     batches = {r.batch_slots for r in runs}
     if len(contexts) == 1 and len(batches) > 1 and None not in batches:
-        return (lambda run: int(run.batch_slots or 0)), "batch slots"
+        return _batch, "batch slots"
     return _context, "context"
+
+
+def _batch(run: RunPoint) -> int:
+    return int(run.batch_slots or 0)
+
+
+CONTEXT_AXIS = "serving.max_context"
+BATCH_AXIS = "serving.batch_slots"
+
+
+class _Along:
+    """What the bars of a column go along: the sort key of a run, the first line of its tick
+    label, the x axis' label, the title's words and the sweep axes that make the columns."""
+
+    def __init__(self, results: Any, runs: Sequence[RunPoint], x: str | None, by: Any) -> None:
+        self.columns: list[str] = []
+        self.names: dict[str, str] = {}
+        self.head: Callable[[RunPoint], str] = lambda run: human.tokens(_context(run))
+        if not hasattr(results, "columns") or (x is None and not swept(results)):
+            if x is not None:
+                raise PlotInputError(f"--x {x} names a sweep's axis: plot a sweep database")
+            self.key, self.words = _bars_along(runs)
+            self.xlabel = "context (tokens)" if self.words == "context" else self.words
+            return
+        x = x if x is not None else default_x(results)
+        check_columns(results, x, by)
+        others = [a for a in line_axes(results, x) if a != "kv.policy"] if by is None else by
+        self.columns, self.names = list(others), short_names([x, *others])
+        if x == CONTEXT_AXIS:
+            self.key, self.words, self.xlabel = _context, "context", "context (tokens)"
+        elif x == BATCH_AXIS:
+            self.key, self.words, self.xlabel = _batch, "batch slots", "batch slots"
+        else:
+            self.key = lambda run: value_order(lookup(run, x, None))
+            self.head = lambda run: value_tick(lookup(run, x, None))
+            self.words, self.xlabel = self.names[x], axis_title(x)
+
+
+def swept(frame: Any) -> bool:
+    """Whether a sweep frame varies some axis."""
+    from rdu_sim.report.sweep_frame import swept_axes
+
+    return bool(swept_axes(frame))
+
+
+def _split(results: Any) -> tuple[Any, Any]:
+    """A sweep frame's finished rows and the rest (failed points: the note counts them),
+    each with the frame's attrs; other results whole, with nothing left out."""
+    if not hasattr(results, "columns") or "status" not in results.columns:
+        return results, None
+    done = results["status"] == "done"
+    parts = results[done], results[~done]
+    for part in parts:
+        part.attrs.update(results.attrs)
+    return parts
 
 
 MEMORY_COUNTS = (
@@ -95,10 +164,11 @@ MEMORY_COUNTS = (
 """What the memory plot's bars and tick labels count."""
 
 
-def _tick(run: RunPoint) -> str:
-    """A bar's label: its context, the batch slots the memory was planned for, and how
-    many memory holds (a run's ``memory_capacity``) when the results say."""
-    label = human.tokens(_context(run))
+def _tick(run: RunPoint, head: Callable[[RunPoint], str]) -> str:
+    """A bar's label: its value along the bars (``head``: its context, or the swept axis'
+    value as the spec wrote it), the batch slots the memory was planned for, and how many
+    memory holds (a run's ``memory_capacity``) when the results say."""
+    label = head(run)
     if run.batch_slots is not None:
         label += f"\n{run.batch_slots} slots"
     if run.memory_capacity is not None:
@@ -111,9 +181,12 @@ def memory_footprint(
     *,
     tiers: Sequence[str] | None = None,
     group_by: Sequence[str] = ("model", "kv_policy"),
+    x: str | None = None,
+    by: Sequence[str] | None = None,
 ) -> Figure:
     """Stacked bars of weights, KV cache, activations and free space per tier vs context
-    (vs batch slots for runs of one context that differ in their batch).
+    (vs batch slots for runs of one context that differ in their batch; along a sweep's
+    axis for a sweep database).
 
     One row of axes per memory tier, one column per group of runs (by default per model and
     KV policy, so full attention and SnapStream sit side by side); within an axes one bar per
@@ -121,27 +194,43 @@ def memory_footprint(
     for and the slots memory holds (``memory_capacity``, where the results have it: the
     capacity plot's hollow markers). The y axis of a row is shared so columns compare.
 
+    A sweep database's frame (``rdu_sim.sweep.load``) goes along ``x`` (default: the axis
+    ``plot sweep`` goes along), each bar labelled with its value as the spec wrote it and
+    the axis named by its field, a column per value of the ``by`` axes (default: the other
+    swept axes not zipped with ``x``, as ``plot sweep``'s lines); its failed points are left
+    out and, with the points a stopped sweep has not run, said under the figure in the
+    sweep plot's words (``plots_sweep.left_out_note``).
+
     Args:
         results: runs (dicts, a list, or a sweep DataFrame), each with ``memory`` and a
             context length.
         tiers: tiers to show (default: HBM and every other tier some run uses).
         group_by: result keys whose values make the columns.
+        x: a sweep's axis to go along.
+        by: a sweep's axes whose values make the columns (beside ``group_by``).
 
     Returns:
         The figure; each axes holds four bar containers (weights, KV, activations, free).
     """
-    runs = as_runs(results)
+    done, failed = _split(results)
+    if failed is not None and not len(done):
+        raise PlotInputError("no point of the sweep finished: nothing to draw")
+    runs = as_runs(done)
     shown = list(tiers) if tiers is not None else _tiers_in_use(runs)
     if not shown:
         raise PlotInputError("results report no memory tiers (expected memory.sram/hbm/ddr)")
-    groups = group_runs(runs, group_by)
-    along, words = _bars_along(runs)
+    along = _Along(done, runs, x, by)
+    groups = group_runs(runs, [*group_by, *along.columns])
     bars = max(len(members) for members in groups.values())
     fig, axes = new_figure(len(shown), len(groups), width=max(4.2, 0.9 * bars + 1.2), height=3.4)
     row_axes: dict[str, list[Any]] = {}
-    for col, (label, members) in enumerate(groups.items()):
-        members = sorted(members, key=along)
-        x = np.arange(len(members))
+    ordered = sorted(
+        groups.items(),
+        key=lambda kv: [value_order(lookup(kv[1][0], c, None)) for c in along.columns],
+    )
+    for col, (label, members) in enumerate(ordered):
+        members = sorted(members, key=along.key)
+        positions = np.arange(len(members))
         for row, tier in enumerate(shown):
             ax = axes[row * len(groups) + col]
             row_axes.setdefault(tier, []).append(ax)
@@ -150,7 +239,7 @@ def memory_footprint(
             for part in MEMORY_PARTS:
                 heights = np.array([u[part] / GIB for u in usage])
                 ax.bar(
-                    x,
+                    positions,
                     heights,
                     0.7,
                     bottom=bottom,
@@ -160,10 +249,10 @@ def memory_footprint(
                     label=_PART_LABELS[part],
                 )
                 bottom += heights
-            ax.set_xticks(x, [_tick(r) for r in members], fontsize=8)
+            ax.set_xticks(positions, [_tick(r, along.head) for r in members], fontsize=8)
             ax.set_title(f"{tier.upper()} · {label}", fontsize=10)
             if row == len(shown) - 1:
-                ax.set_xlabel("context (tokens)" if words == "context" else words)
+                ax.set_xlabel(along.xlabel)
             if col == 0:
                 ax.set_ylabel(f"{tier.upper()} GiB per socket")
     for ax_row in row_axes.values():
@@ -172,8 +261,11 @@ def memory_footprint(
             ax.set_ylim(0, top)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center")
-    figure_title(fig, titled(f"Memory per socket vs {words}", runs))
-    note_settings(fig, runs, counts=[MEMORY_COUNTS])
+    figure_title(fig, titled(f"Memory per socket vs {along.words}", runs))
+    left_out = as_runs(failed) if failed is not None and len(failed) else []
+    total, not_run = point_counts(results, len(runs) + len(left_out))
+    note = left_out_note(left_out, total, "memory", along.names, not_run=not_run)
+    note_settings(fig, runs, counts=[MEMORY_COUNTS, *([note] if note else [])])
     return fig
 
 

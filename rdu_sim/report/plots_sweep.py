@@ -63,11 +63,18 @@ __all__ = [
     "DEFAULT_METRICS",
     "METRIC_LABELS",
     "axis_title",
+    "check_columns",
+    "default_x",
     "design_space",
+    "left_out_note",
+    "line_axes",
+    "point_counts",
     "quantity",
     "short_names",
     "sweep_plot",
     "swept_axes",
+    "value_order",
+    "value_tick",
 ]
 
 METRIC_LABELS: dict[str, tuple[str, float]] = {
@@ -107,7 +114,7 @@ def quantity(value: Any) -> float:
     raise PlotInputError(f"axis value {value!r} is neither a number nor a unit string")
 
 
-def _order(value: Any) -> tuple[int, float, str]:
+def value_order(value: Any) -> tuple[int, float, str]:
     """Sort key of a group value: quantities by size, then anything else by name."""
     try:
         return (0, quantity(value), "")
@@ -239,7 +246,7 @@ def design_space(
     groups: dict[tuple[str, ...], list[RunPoint]] = {}
     for run in runs:
         groups.setdefault(tuple(cell(run, column) for column in by), []).append(run)
-    xs_all = sorted({cell(r, x) for r in runs}, key=lambda k: _order(shown[k]))
+    xs_all = sorted({cell(r, x) for r in runs}, key=lambda k: value_order(shown[k]))
     numeric = x_positions([shown[k] for k in xs_all])
     position = {k: (numeric[0][i] if numeric else float(i)) for i, k in enumerate(xs_all)}
     ylabel, scale = _scaled_label(y, runs)
@@ -248,8 +255,8 @@ def design_space(
     averaged = hollow = False
     drawn = 0
     left_out: list[RunPoint] = []  # points with no value to draw (failed, or without y)
-    ordered = sorted(groups.items(), key=lambda kv: [_order(shown[v]) for v in kv[0]])
-    styles = [_policy_last(by, [_tick(shown[v]) for v in key]) for key, _ in ordered]
+    ordered = sorted(groups.items(), key=lambda kv: [value_order(shown[v]) for v in kv[0]])
+    styles = [_policy_last(by, [value_tick(shown[v]) for v in key]) for key, _ in ordered]
     for i, (key, members) in enumerate(ordered):
         values: dict[str, list[float]] = {}
         whole: dict[str, list[float]] = {}
@@ -263,8 +270,10 @@ def design_space(
             if value is None and other is None:
                 left_out.append(run)
         averaged |= any(len(v) > 1 for v in (*values.values(), *whole.values()))
-        label = ", ".join(f"{names[c]}={_tick(shown[v])}" for c, v in zip(by, key, strict=True))
-        order = sorted({*values, *whole}, key=lambda k: _order(shown[k]))
+        label = ", ".join(
+            f"{names[c]}={value_tick(shown[v])}" for c, v in zip(by, key, strict=True)
+        )
+        order = sorted({*values, *whole}, key=lambda k: value_order(shown[k]))
         drawn += len(order)
         mean = {k: float(np.mean(v)) for k, v in values.items()}
         whole_mean = {k: float(np.mean(v)) for k, v in whole.items()}
@@ -287,7 +296,7 @@ def design_space(
     if numeric and numeric[1]:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(ticks, [_tick(shown[v]) for v in xs_all])
+    ax.set_xticks(ticks, [value_tick(shown[v]) for v in xs_all])
     ax.set_xlabel(axis_title(x))
     ax.set_ylabel(_wrapped(ylabel, "(mean over other axes)" if averaged else ""))
     ax.set_ylim(bottom=0)
@@ -297,7 +306,7 @@ def design_space(
     if by or whole_run or marked:
         legend_outside(fig, ax)
     ax.margins(x=0.1)
-    total, not_run = _point_counts(results, len(runs))
+    total, not_run = point_counts(results, len(runs))
     if left_out or not_run:  # over the axes: a footnote would share the bottom with a legend
         note = left_out_note(left_out, total, y, names, not_run=not_run)
         ax.set_title(textwrap.fill(note, NOTE_CHARS), fontsize=7, color="dimgray", loc="left")
@@ -409,7 +418,7 @@ NOTE_CHARS = 100
 """Characters of 7-point text a line of the note over the axes holds (their width)."""
 
 
-def _point_counts(results: Any, rows: int) -> tuple[int, int]:
+def point_counts(results: Any, rows: int) -> tuple[int, int]:
     """How many points the sweep's spec has and how many of them have no stored row (an
     interrupted sweep's: ``rdu_sim.sweep.load``'s ``spec_points`` and ``stored_points``);
     ``rows`` and none for results that do not say."""
@@ -440,7 +449,7 @@ def left_out_note(
     if failed:
         shared = []
         for column, name in names.items():
-            values = {_tick(lookup(r, column, None)) for r in failed}
+            values = {value_tick(lookup(r, column, None)) for r in failed}
             if len(values) == 1:
                 shared.append(f"{name}={values.pop()}")
         where = f", all at {', '.join(shared)}" if shared else ""
@@ -477,10 +486,10 @@ _BOOKKEEPING = frozenset(
 """Columns of a sweep row that are not metrics (rdu_sim.sweep.load's leading and trailing)."""
 
 
-def _tick(value: Any) -> str:
+def value_tick(value: Any) -> str:
     """An axis value as the spec wrote it; a mapping as its items (``draft=..., k=2``)."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_tick(v)}" for k, v in value.items())
+        return ", ".join(f"{k}={value_tick(v)}" for k, v in value.items())
     return "none" if value is None else str(value)
 
 
@@ -542,6 +551,31 @@ def line_axes(frame: Any, x: str) -> list[str]:
     return lines
 
 
+def default_x(frame: Any) -> str:
+    """The axis a sweep's plot goes along unless told: the first swept axis whose values
+    are quantities, else the first swept axis."""
+    axes = swept_axes(frame)
+    if not axes:
+        raise PlotInputError(
+            "the sweep's points differ in no axis; name the x axis with --x COLUMN"
+        )
+    return next((a for a in axes if _is_quantity(frame[a])), axes[0])
+
+
+def check_columns(frame: Any, x: str, by: Sequence[str] | None) -> None:
+    """Refuse an ``x`` or ``by`` column the frame lacks (naming its swept axes), and ``x``
+    among ``by`` (each of its lines, or columns, would be one point)."""
+    if by and x in by:
+        raise PlotInputError(
+            f"--by {x} is the x axis: each of its lines would be one point; name another "
+            "column, or leave --by out for the other swept axes"
+        )
+    for column in (x, *(by or ())):
+        if column not in frame.columns:
+            shown = ", ".join(swept_axes(frame)) or "none"
+            raise PlotInputError(f"the sweep has no column {column!r}; its swept axes: {shown}")
+
+
 def throughput_metric(frame: Any) -> str:
     """The throughput a sweep's plot shows: the steady window's when the sweep stored it at
     some point, else the whole run's."""
@@ -570,21 +604,8 @@ def sweep_plot(
     if not hasattr(frame, "columns"):
         raise PlotInputError("a sweep plot reads a sweep database (rdu_sim.sweep.load)")
     axes = swept_axes(frame)
-    if x is None:
-        if not axes:
-            raise PlotInputError(
-                "the sweep's points differ in no axis; name the x axis with --x COLUMN"
-            )
-        x = next((a for a in axes if _is_quantity(frame[a])), axes[0])
-    if by and x in by:
-        raise PlotInputError(
-            f"--by {x} is the x axis: each of its lines would be one point; name another "
-            "column, or leave --by out for the other swept axes"
-        )
-    for column in (x, *(by or ())):
-        if column not in frame.columns:
-            shown = ", ".join(axes) or "none"
-            raise PlotInputError(f"the sweep has no column {column!r}; its swept axes: {shown}")
+    x = x if x is not None else default_x(frame)
+    check_columns(frame, x, by)
     if y is None:
         y = next((m for m in DEFAULT_METRICS if _has_values(frame, m)), None)
         if y is None:
