@@ -1,7 +1,9 @@
 """More doors of the Python API a notebook trial found ajar: ``sweep.load`` of a sweep name
 the database does not hold returned an empty frame (and ``metrics="x"`` a frame without
 metrics), ``run_sweep(workers=0)`` started a process per core where ``--workers 0`` is
-refused, and ``run_sweep(progress=callback)`` failed with an AttributeError."""
+refused, ``run_sweep(progress=callback)`` failed with an AttributeError, ``api.run`` of a
+``backend`` that is no Backend failed inside the serving loop, and ``compare`` read one
+hardware file's name a character at a time."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rdu_sim import api
+from rdu_sim.compare import compare
 from rdu_sim.sweep import load, run_sweep
 from rdu_sim.sweep.store import StoreError
 
@@ -74,3 +78,19 @@ def test_run_sweep_refuses_a_progress_callback_naming_what_it_takes(spec: Path) 
     ):
         run_sweep(spec, workers=1, progress=lambda done, total: None)  # type: ignore[arg-type]
     assert not spec.with_suffix(".sqlite").exists()
+
+
+def test_a_backend_that_is_no_backend_is_a_type_error_naming_it() -> None:
+    pattern = r"^backend must be None or a Backend such as EngineBackend\(\), not str 'engine'"
+    with pytest.raises(TypeError, match=pattern):
+        api.run(W, {"serving.requests": 1}, backend="engine")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=pattern):
+        api.step(W, backend="engine")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("argument", ["hardware_files", "vary"])
+def test_compare_refuses_one_str_where_it_takes_a_list(argument: str) -> None:
+    given = "sn40l" if argument == "hardware_files" else "kv.policy=full,snapstream"
+    kwargs = {"hardware_files": [], "vary": [], argument: given}
+    with pytest.raises(TypeError, match=rf"^{argument} must be a list .* give \['{given}'\]"):
+        compare(W, **kwargs)  # type: ignore[arg-type]
