@@ -32,9 +32,9 @@ equals the original's. Errors cross as themselves: ``rdu_sim.InputError`` subcla
 bad input.
 
 Arguments are checked at the door: a workload that is no path, overrides that are a str,
-a ``progress`` that cannot be called as ``progress(done, total)``, or a step dimension that
-is not an integer is a TypeError naming the argument; a step dimension out of range (a
-batch of 0) a ``StepShapeError``, an ``rdu_sim.InputError``.
+a ``progress`` that cannot be called as ``progress(done, total)``, a ``backend`` that is no
+Backend, or a step dimension that is not an integer is a TypeError naming the argument; a
+step dimension out of range (a batch of 0) a ``StepShapeError``, an ``rdu_sim.InputError``.
 """
 
 from __future__ import annotations
@@ -140,6 +140,26 @@ def check_progress(progress: object) -> None:
         ) from None
 
 
+BACKEND_METHODS = ("batch_capacity", "memory_capacity", "plan_memory", "step_cost")
+"""What a :class:`Backend` answers (``serving.backend.Backend``)."""
+
+
+def check_backend(backend: object) -> None:
+    """``backend`` is None or a :class:`Backend` (``EngineBackend()``), else a TypeError
+    naming it now: ``backend="engine"`` failed inside the serving loop with an
+    AttributeError on a str."""
+    if backend is None:
+        return
+    missing = [name for name in BACKEND_METHODS if not callable(getattr(backend, name, None))]
+    if missing:
+        given = repr(backend)
+        shown = given if len(given) <= 60 else given[:57] + "..."
+        raise TypeError(
+            f"backend must be None or a Backend such as EngineBackend(), not "
+            f"{type(backend).__name__} {shown}, which has no {', '.join(missing)}"
+        )
+
+
 def _check_step(phase: object, batch: object, tokens: object, context: object) -> None:
     """A step's options checked before anything loads: ``phase`` a str, each dimension an
     integer in range (``serving.step_shape.dimension``: a TypeError or a StepShapeError
@@ -170,6 +190,7 @@ def run(
     from rdu_sim.serving.run import serve_scenario
 
     check_progress(progress)
+    check_backend(backend)
     scenario = load(scenario_or_path, overrides)
     result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
     if warn:
@@ -190,6 +211,7 @@ def default_step_shape(
     ``rdu_sim.serving.step_shape``; the batch slots come from ``backend``'s capacity).
     ``scenario`` is a Scenario or a workload's path or shipped name, as every function here
     takes (:func:`load`)."""
+    check_backend(backend)
     loaded = load(scenario)
 
     def batch_slots() -> int:  # on a paged stack, what its pool holds at the context
@@ -217,6 +239,7 @@ def step(
     timing is the same either way. ``record`` with a ``backend`` needs a recording one
     (``EngineBackend(record=True)``)."""
     _check_step(phase, batch, tokens, context)
+    check_backend(backend)
     scenario = load(scenario_or_path, overrides)
     if backend is None:
         backend = EngineBackend(record=record)

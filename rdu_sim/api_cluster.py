@@ -35,7 +35,14 @@ from typing import Any, TypeVar
 from numpy.typing import NDArray
 
 from rdu_sim import __version__
-from rdu_sim.api import Backend, EngineBackend, Overrides, check_progress, resolve_batch_slots
+from rdu_sim.api import (
+    Backend,
+    EngineBackend,
+    Overrides,
+    check_backend,
+    check_progress,
+    resolve_batch_slots,
+)
 from rdu_sim.cluster.replica import PoolRuntime
 from rdu_sim.cluster.routers.base import reads_load, router_factory, takes_seed
 from rdu_sim.cluster.scenario import ClusterScenario, PoolScenario, build_cluster, load_cluster
@@ -536,6 +543,7 @@ def run_cluster(
     """Simulate a cluster serving its traffic; ``progress(done, total)`` as requests finish
     (checked first, as ``api.run`` checks it)."""
     check_progress(progress)
+    check_backend(backend)
     cluster = load(cluster_or_path, overrides)
     config = cluster.config
     fit, labels, pools = plan_cluster(cluster, backend)

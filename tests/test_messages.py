@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from rdu_sim import api, human
+from rdu_sim import InputError, api, human
 from rdu_sim.cli.main import cli
 from rdu_sim.cli.plot_cmd import _tokens
 from rdu_sim.config.units import UnitError, parse_bandwidth, parse_flops, parse_tokens
@@ -361,3 +361,25 @@ def test_weights_that_do_not_fit_name_each_layout_override_not_tp_alone() -> Non
     assert line.endswith(
         "(from --set parallelism.tp, --set parallelism.dp_attention, --set parallelism.ep)"
     )
+
+
+@pytest.mark.parametrize("given", [float("nan"), ".nan"])
+def test_nan_for_a_bounded_number_says_it_is_no_finite_number_not_blames_the_bound(
+    given: object,
+) -> None:
+    """NaN fails every comparison, so pydantic's bound check said ``must be at most
+    1,000,000,000, got nan``: as if a smaller NaN would do. A float from Python and YAML's
+    ``.nan`` from --set say what a quantity's field already says of it."""
+    overrides = {"serving.arrival.rate": given} if isinstance(given, float) else None
+    if overrides is None:
+        result = CliRunner().invoke(
+            cli, ["run", str(LLAMA), "--set", f"serving.arrival.rate={given}"]
+        )
+        assert result.exit_code == 2, result.output
+        message = result.output
+    else:
+        with pytest.raises(InputError) as caught:
+            api.load(LLAMA, overrides)
+        message = str(caught.value)
+    assert "serving.arrival.rate: must be a finite number, got nan" in message, message
+    assert "at most" not in message

@@ -54,6 +54,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,14 @@ def compare(
     """The workload under each variant: each of ``hardware_files`` x each value of each
     ``vary`` (``PATH=A,B``; module docstring). ``flags``: an error at a varied field names
     the command line's flag (``--vary``, ``--hardware``), as ``rdu-sim compare`` asks; else
-    this function's argument (``vary``, ``hardware_files``)."""
+    this function's argument (``vary``, ``hardware_files``). One str (or Path) given for
+    either list is a TypeError naming it, not a column per character."""
+    for name, given in (("hardware_files", hardware_files), ("vary", vary)):
+        if isinstance(given, str | bytes | PathLike):  # one str was read a character at a time
+            raise TypeError(
+                f"{name} must be a list (one entry per column axis), not one "
+                f"{type(given).__name__} {str(given)!r}: give [{str(given)!r}]"
+            )
     if not hardware_files and not vary:
         raise ValueError("give at least one hardware file or varied field")
     sides = variants(hardware_files, vary)

@@ -192,8 +192,8 @@ def _range_message(
     pydantic says ``Input should be greater than or equal to 1``; a quantity's bound and
     value in the field's unit as people write them (``must be at most 1 s, got 500 s``; the
     value as written when it has a unit, ``got 1e30 TB/s``), where pydantic quotes the
-    internal numbers; a bare time above its bound adds that it is seconds. None for any
-    other error."""
+    internal numbers; a bare time above its bound adds that it is seconds; NaN (a
+    Python float, YAML's ``.nan``) is no number in range. None for any other error."""
     words = _BOUND_WORDS.get(error["type"])
     cls = _parent_model(model, loc, data) if words and loc else None
     info = cls.model_fields.get(str(loc[-1])) if cls is not None else None
@@ -211,6 +211,8 @@ def _range_message(
     value = error.get("input")
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
+    if value != value:  # NaN fails every bound: "must be at most 1, got nan" blamed the bound
+        return "must be a finite number, got nan"
     message = f"must be {words[1]} {shown_value(bound)}, got {shown_value(value)}"
     if unit == "s" and words[0] in ("lt", "le"):  # too long: perhaps a forgotten unit
         n = f"{value:g}"

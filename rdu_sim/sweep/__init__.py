@@ -11,9 +11,12 @@ API
   dry_run=False, progress=False, evaluator=None) -> SweepSummary`: run or resume (for
   users: README.md, "From Python"); bad input raises a ConfigError (a StoreError for the
   database), both `rdu_sim.InputError`s. `workers=1` runs in this
-  process, N a local process pool (default: the core count); `cluster="local"` or
-  `"tcp://host:port"` runs on dask.distributed.
-- `load(db, sweep=None, keys=None) -> pandas.DataFrame`; `export(frame, "x.csv"|"x.parquet")`.
+  process, N a local process pool (default: the core count; 0 or less is a ValueError, as
+  `--workers 0` is refused); `cluster="local"` or `"tcp://host:port"` runs on
+  dask.distributed. `progress` is a bool or a `progress.Reporter` (not a callable).
+- `load(db, sweep=None, keys=None, metrics=None) -> pandas.DataFrame` (a `sweep` the
+  database does not hold is a StoreError naming those it does); `export(frame,
+  "x.csv"|"x.parquet")`.
 - `expand(load_spec(path)) -> Expansion` (the resolved `Point`s), `register(name, options)`
   to add an evaluator.
 

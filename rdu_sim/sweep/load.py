@@ -22,14 +22,16 @@ pool or on Dask.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError, WriteError
+from rdu_sim.config.show import cut_middle
 from rdu_sim.report.files import unwritable_problem, write_file
-from rdu_sim.sweep.store import Store, flat_name
+from rdu_sim.sweep.store import Store, StoreError, flat_name
 from rdu_sim.sweep.worker import covers
 
 if TYPE_CHECKING:
@@ -60,13 +62,23 @@ def load(
     row when it holds several). `metrics` (a spec's list) keeps only those metric columns,
     in its order, each with the names stored below it: a row another spec stored with more
     metrics adds none, so an export's columns do not depend on what else the database
-    holds; None keeps every metric the rows hold."""
+    holds; None keeps every metric the rows hold.
+
+    Arguments are checked before anything is read (a notebook's typo is an error, not an
+    empty frame): ``db`` not a path, or ``keys``/``metrics`` one str (read a character at a
+    time, no column matched), is a TypeError naming it; a ``sweep`` the database holds no
+    point of (given without ``keys``) a StoreError naming the file and the sweeps it holds,
+    as ``rdu-sim plot sweep --sweep`` says."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it
 
+    _check_load_arguments(db, sweep, keys, metrics)
     with Store(Path(db), create=False) as store:
         if sweep is None and keys is None:
             held = store.sweeps()
             sweep = held[0] if len(held) == 1 else None
+        elif sweep is not None and keys is None and sweep not in (held := store.sweeps()):
+            shown = ", ".join(held) if held else "none"
+            raise StoreError.single(str(db), "sweep", f"no sweep {sweep!r} here; it holds {shown}")
         rows = store.rows(keys=keys, sweep=sweep)
         planned = store.members(sweep) if sweep is not None and keys is None else None
     axes: dict[str, None] = {}
@@ -104,6 +116,23 @@ def load(
         frame.attrs[part] = list(seen)
     _spec_points(frame, planned)
     return frame
+
+
+def _check_load_arguments(db: object, sweep: object, keys: object, metrics: object) -> None:
+    """:func:`load`'s arguments of the wrong type, each a TypeError naming it."""
+    if not isinstance(db, str | os.PathLike):  # (pathlib's TypeError named nothing)
+        raise TypeError(
+            f"db must be a sweep database's path (str or Path), not {type(db).__name__} "
+            f"{cut_middle(repr(db))}"
+        )
+    if sweep is not None and not isinstance(sweep, str):
+        raise TypeError(f"sweep must be a sweep's name or None, not {type(sweep).__name__}")
+    for name, given in (("keys", keys), ("metrics", metrics)):
+        if isinstance(given, str | bytes):
+            raise TypeError(
+                f"{name} must be a list of names or None, not one str {cut_middle(repr(given))}"
+                f" (give [{given!r}])"
+            )
 
 
 def _spec_points(frame: pd.DataFrame, planned: dict[str, str] | None) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import numbers
 import os
 import sqlite3
 import time
@@ -486,10 +487,39 @@ def run_sweep(
             f"spec must be a sweep spec file's path (str or Path) or a shipped sweep's name, "
             f"not {type(spec).__name__} {cut_middle(repr(spec))} (write a mapping to a file)"
         )
+    _check_run_arguments(workers, progress)
     with interrupts.handled():  # from Python too, a stop keeps every finished point
         return _run_sweep(
             spec, db, workers, cluster, retry_failed, rerun, dry_run, progress, evaluator, writes
         )
+
+
+def _check_run_arguments(workers: object, progress: object) -> None:
+    """``workers`` None or a whole number at least 1, as ``--workers`` (``0`` read as "the
+    default" and ``-1`` as one, a float failed inside multiprocessing), and ``progress`` a
+    bool or a Reporter (a callable ``progress(done, total)``, what ``api.run`` takes, failed
+    with an AttributeError): checked before the spec loads, each error naming its argument."""
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, numbers.Integral):
+            raise TypeError(
+                f"workers must be an integer or None, not {type(workers).__name__} "
+                f"{cut_middle(repr(workers))}"
+            )
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1 (got {workers}), or None for the default")
+    if isinstance(progress, bool):
+        return
+    missing = [name for name in _REPORTER_METHODS if not callable(getattr(progress, name, None))]
+    if missing:
+        raise TypeError(
+            f"progress must be True, False or a Reporter (rdu_sim.sweep.progress: "
+            f"{', '.join(_REPORTER_METHODS)}), not {type(progress).__name__} "
+            f"{cut_middle(repr(progress))}, which has no {', '.join(missing)}"
+        )
+
+
+_REPORTER_METHODS = ("message", "start", "advance", "close")
+"""What a :class:`Reporter` is called with (``progress.Reporter``)."""
 
 
 def _run_sweep(
