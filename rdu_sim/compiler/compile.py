@@ -899,6 +899,7 @@ def _placed(
                 sram_bytes=held.sram_bytes,
             )
         )
+    time = kernel_time(placed, socket)
     program = KernelProgram(
         name=kernel.name,
         calls=kernel.calls,
@@ -906,6 +907,7 @@ def _placed(
         stages=tuple(placed),
         layer=kernel.layer,
         tiles=plan.tiles,
+        pace_s=time,
     )
     once = [replace(p, reads=s.reads) for p, s in zip(placed, stages, strict=True)]
-    return TileChoice(program, kernel_time(placed, socket), kernel_time(once, socket))
+    return TileChoice(program, time, kernel_time(once, socket))

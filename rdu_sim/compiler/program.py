@@ -84,6 +84,10 @@ class KernelProgram:
     # their PMUs (`compiler.buffers.plan_tiles`); None (a hand-built kernel): the engine's
     # `tiles_per_stage`.
     tiles: int | None = None
+    # The compiler's estimated time per call of the pipeline (`compile.kernel_time`: its
+    # slowest stage, or its off-chip bytes), the pace its collectives' pieces are produced
+    # at; 0 (a hand-built kernel): none known.
+    pace_s: float = 0.0
 
     def tiles_or(self, default: int) -> int:
         """The tiles per call the engine simulates: the compiler's, else ``default``."""

@@ -82,13 +82,14 @@ def plan_collective(spec: CollectiveSpec, system: SystemConfig) -> CollectivePla
     )
 
 
-def plan_stages(stages: Sequence[StageProgram], system: SystemConfig) -> dict[str, CollectivePlan]:
-    """The plan of each stage of a kernel with a collective over more than one socket, by
+def plan_stages(kernel: KernelProgram, system: SystemConfig) -> dict[str, CollectivePlan]:
+    """The plan of each stage of ``kernel`` with a collective over more than one socket, by
     stage name: the all-to-alls of a group together (:func:`plan_all_to_alls`: they stream
-    through the same ports, layer after layer), any other collective on its own."""
+    through the same ports, layer after layer, at the kernel's ``pace_s``), any other
+    collective on its own."""
     plans: dict[str, CollectivePlan] = {}
     exchanges: dict[int, list[StageProgram]] = {}
-    for stage in stages:
+    for stage in kernel.stages:
         spec = stage.collective
         if spec is None or spec.group <= 1:
             continue
@@ -98,7 +99,8 @@ def plan_stages(stages: Sequence[StageProgram], system: SystemConfig) -> dict[st
             exchanges.setdefault(spec.group, []).append(stage)
     for group, members in exchanges.items():
         calls = tuple(_exchange_call(s) for s in members)
-        for stage, plan in zip(members, plan_all_to_alls(calls, group, system), strict=True):
+        chosen = plan_all_to_alls(calls, group, system, kernel.pace_s)
+        for stage, plan in zip(members, chosen, strict=True):
             plans[stage.name] = plan
     return plans
 
@@ -109,17 +111,21 @@ def _exchange_call(stage: StageProgram) -> tuple[AllToAllSpec, float]:
     return spec.exchange, spec.bytes
 
 
-def together_s(estimates: Sequence[Estimate]) -> float:
+def together_s(estimates: Sequence[Estimate], pace_s: float = 0.0) -> float:
     """The least time all-to-alls streamed through the same ports take (each estimate's
-    ``busy_s``: its seconds on each port or link direction alone): their busiest shared
-    port's total busy seconds, or the slowest one's own time on idle links if longer. Alone
-    a call's estimate; together, what one leaves a port idle for (a second hop's wait for
-    its first) the others' pieces fill."""
+    ``busy_s``: its seconds on each port or link direction alone) when their pieces are
+    produced by a pipeline taking ``pace_s`` a call: their busiest shared port's total busy
+    seconds, or the slowest one's own time on idle links, or the pipeline's pace, whichever
+    is longest. Alone a call's estimate; together, what one leaves a port idle for (a second
+    hop's wait for its first) the others' pieces fill. A load under the pace does not queue
+    the pieces (the ports drain each before the pipeline hands out the next, the calls only
+    interleave): it is no cost, and the choice falls to each call's own time."""
     load: dict[str, float] = {}
     for est in estimates:
         for port, seconds in est.busy_s:
             load[port] = load.get(port, 0.0) + seconds
-    return max(max(load.values(), default=0.0), max((e.time_s for e in estimates), default=0.0))
+    slowest = max((e.time_s for e in estimates), default=0.0)
+    return max(max(load.values(), default=0.0), slowest, pace_s)
 
 
 MAX_JOINT_CALLS = 8
@@ -128,17 +134,22 @@ with more (none today: a fused layer has its dispatch and combine) has each chos
 
 
 def plan_all_to_alls(
-    calls: Sequence[tuple[AllToAllSpec, float]], group: int, system: SystemConfig
+    calls: Sequence[tuple[AllToAllSpec, float]],
+    group: int,
+    system: SystemConfig,
+    pace_s: float = 0.0,
 ) -> tuple[CollectivePlan, ...]:
     """The forms a kernel's expert all-to-alls over ``group`` sockets run, one plan each of
     ``calls`` (routing, bytes): the workload's (``parallelism.all_to_all``), or under
     ``auto`` (``exchange.choose``) the forms, taken together, whose :func:`together_s` (over
     each form's estimate: its time alone on idle links, in the engine's pieces,
-    ``all_to_all.estimate``) is smallest, as a compiler holding both kernels would pick per
-    call: a step streams a layer's dispatch and combine, and the next layer's, through the
-    same ports, so a form that loads the busiest of them more loses even where its time
-    alone is shorter. Equal ones go to the smaller sum of the estimates (the calls one after
-    another), then to DeepEP's convention (``exchange.mode``). Each plan's policy says which
+    ``all_to_all.estimate``; ``pace_s`` the kernel's pipeline time a call) is smallest, as a
+    compiler holding both kernels would pick per call: a step streams a layer's dispatch and
+    combine, and the next layer's, through the same ports, so where their load binds (above
+    the pace: the pieces queue) a form that loads the busiest port more loses even where its
+    time alone is shorter. Equal ones (every pair under the pace among them) go to the
+    smaller sum of the estimates (each call's own time: the pieces interleave on idle
+    ports), then to DeepEP's convention (``exchange.mode``). Each plan's policy says which
     rule chose (``auto`` or the forced form), its candidates every form's estimate."""
     wiring, pieces = wiring_of(system), system.collective_chunks
     options: list[tuple[Estimate, ...]] = []
@@ -154,8 +165,9 @@ def plan_all_to_alls(
             )
         )
     if len(calls) > MAX_JOINT_CALLS:  # 2^n pairs of forms: each call chosen alone instead
-        return tuple(plan for call in calls for plan in plan_all_to_alls((call,), group, system))
-    scored = [(together_s(c), c) for c in itertools.product(*options)]  # conventions first
+        alone = (plan_all_to_alls((call,), group, system, pace_s) for call in calls)
+        return tuple(plan for plans in alone for plan in plans)
+    scored = [(together_s(c, pace_s), c) for c in itertools.product(*options)]  # conventions 1st
     best = min(score for score, _ in scored)
     combos = [c for score, c in scored if score <= best * (1 + TIE_RTOL)]
     least = min(sum(e.time_s for e in c) for c in combos)
@@ -383,7 +395,7 @@ def collective_timings(
     """The report of each collective stage of ``kernel`` (those with a group above 1), from
     its plan and the call times its port measured (``spans``: seconds per simulated call)."""
     out: list[CollectiveTiming] = []
-    plans = plan_stages(kernel.stages, system)
+    plans = plan_stages(kernel, system)
     for stage in kernel.stages:
         spec = stage.collective
         if spec is None or spec.group <= 1:

@@ -115,7 +115,7 @@ class KernelSim:
         self.recorder = Recorder() if record else None
         self.topology = topology_for(env, tp, system)
         port_type = RendezvousPort if config.all_sockets else SymmetricPort
-        plans = plan_stages(kernel.stages, system)
+        plans = plan_stages(kernel, system)
         self.ports: dict[str, CollectivePort] = {
             s.name: port_type(self.topology, s.collective, plans[s.name])
             for s in kernel.stages
