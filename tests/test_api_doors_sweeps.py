@@ -119,3 +119,18 @@ def test_warn_and_record_take_a_bool_not_a_true_string() -> None:
         api.run(W, {"serving.requests": 1}, warn="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^record must be True or False, not int 1$"):
         api.step(W, record=1)  # type: ignore[arg-type]
+
+
+def test_a_metric_no_row_or_result_can_hold_is_refused_not_dropped(spec: Path) -> None:
+    """``metrics=["decode_tokens_per_sec"]`` gave a frame without it, in silence; a metric a
+    result may hold that these rows lack (a section this sweep's points did not have) still
+    loads, without a column."""
+    db = run_sweep(spec, workers=1).db
+    with pytest.raises(
+        ValueError,
+        match=r"^metrics: not in the results: decode_tokens_per_sec "
+        r"\(did you mean 'decode_tokens_per_s'\?\)$",
+    ):
+        load(db, metrics=["decode_tokens_per_s", "decode_tokens_per_sec"])
+    frame = load(db, metrics=["decode_tokens_per_s", "ttft_s.p50"])
+    assert "decode_tokens_per_s" in frame.columns
