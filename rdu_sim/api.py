@@ -140,6 +140,13 @@ def check_progress(progress: object) -> None:
         ) from None
 
 
+def check_flag(name: str, value: object) -> None:
+    """A yes/no argument is a bool, else a TypeError naming it: ``warn="no"`` is a true
+    string and would warn."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+
+
 BACKEND_METHODS = ("batch_capacity", "memory_capacity", "plan_memory", "step_cost")
 """What a :class:`Backend` answers (``serving.backend.Backend``)."""
 
@@ -191,6 +198,7 @@ def run(
 
     check_progress(progress)
     check_backend(backend)
+    check_flag("warn", warn)
     scenario = load(scenario_or_path, overrides)
     result = RunResult.of(serve_scenario(scenario, backend or EngineBackend(), progress))
     if warn:
@@ -240,6 +248,7 @@ def step(
     (``EngineBackend(record=True)``)."""
     _check_step(phase, batch, tokens, context)
     check_backend(backend)
+    check_flag("record", record)
     scenario = load(scenario_or_path, overrides)
     if backend is None:
         backend = EngineBackend(record=record)

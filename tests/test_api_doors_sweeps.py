@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rdu_sim import api
+from rdu_sim import InputError, api
 from rdu_sim.compare import compare
 from rdu_sim.sweep import load, run_sweep
 from rdu_sim.sweep.store import StoreError
@@ -94,3 +94,43 @@ def test_compare_refuses_one_str_where_it_takes_a_list(argument: str) -> None:
     kwargs = {"hardware_files": [], "vary": [], argument: given}
     with pytest.raises(TypeError, match=rf"^{argument} must be a list .* give \['{given}'\]"):
         compare(W, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_path_given_as_an_override_value_is_the_path_written_out() -> None:
+    """``{"hardware": Path(...)}`` was refused: "Input should be a valid string"."""
+    from rdu_sim.config import shipped
+
+    hardware = shipped.locate("sn40l", ["hardware"])
+    as_path = api.load(W, {"hardware": hardware})
+    as_text = api.load(W, {"hardware": str(hardware)})
+    assert as_path.overrides == as_text.overrides == {"hardware": str(hardware)}
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_workload_path_says_so(given: str) -> None:
+    """``api.run("")`` said ``.: is a directory, expected a file`` (Path("") is ".")."""
+    with pytest.raises(InputError, match=r"^'\s*': an empty path: give a file or a shipped name$"):
+        api.run(given)
+
+
+def test_warn_and_record_take_a_bool_not_a_true_string() -> None:
+    """``warn="no"`` is a true string: it warned."""
+    with pytest.raises(TypeError, match=r"^warn must be True or False, not str 'no'$"):
+        api.run(W, {"serving.requests": 1}, warn="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^record must be True or False, not int 1$"):
+        api.step(W, record=1)  # type: ignore[arg-type]
+
+
+def test_a_metric_no_row_or_result_can_hold_is_refused_not_dropped(spec: Path) -> None:
+    """``metrics=["decode_tokens_per_sec"]`` gave a frame without it, in silence; a metric a
+    result may hold that these rows lack (a section this sweep's points did not have) still
+    loads, without a column."""
+    db = run_sweep(spec, workers=1).db
+    with pytest.raises(
+        ValueError,
+        match=r"^metrics: not in the results: decode_tokens_per_sec "
+        r"\(did you mean 'decode_tokens_per_s'\?\)$",
+    ):
+        load(db, metrics=["decode_tokens_per_s", "decode_tokens_per_sec"])
+    frame = load(db, metrics=["decode_tokens_per_s", "ttft_s.p50"])
+    assert "decode_tokens_per_s" in frame.columns

@@ -92,6 +92,29 @@ evaluator: {name: synthetic, options: {fail_when: {serving.batch_slots: 3}}}
 """
 
 
+# --- empty paths ---
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("run", ""), "WORKLOAD"),
+        (("step", " "), "WORKLOAD"),
+        (("check", ""), "FILES"),
+        (("sweep", ""), "SPEC"),
+        (("plan", ""), "SPEC"),
+        (("run", LLAMA, "--out", ""), "--out"),
+        (("validate", "--full", ""), "--full"),
+    ],
+)
+def test_an_empty_path_names_the_argument_not_the_working_folder(
+    args: tuple[str | Path, ...], named: str
+) -> None:
+    """click reads "" as Path(""), the working folder: `run ""` said `.: is a directory`."""
+    stderr = clean_failure(invoke(*args))
+    assert stderr == f"error: {named}: an empty path names nothing; give a path\n"
+
+
 # --- units ---
 
 

@@ -33,6 +33,7 @@ from rdu_sim.cli.errors import (
     message_of,
     print_error,
 )
+from rdu_sim.cli.options import GivenPath
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, ConfigIssue
 from rdu_sim.config.hardware_file import (
@@ -283,7 +284,7 @@ def _namesakes_words(text: str) -> str:
 
 
 @click.command("check")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=GivenPath())
 def command(files: tuple[Path, ...]) -> None:
     """Validate hardware files, workloads, sweep specs, request traces and measurement files
     (all of them, then exit 2 if any failed). Example: rdu-sim check hw_configs/*.yaml

@@ -38,6 +38,7 @@ from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.main import STOPS
 from rdu_sim.cli.options import (
+    GivenPath,
     TokenCount,
     overrides_option,
     step_shape_errors,
@@ -261,7 +262,7 @@ STOPPED = STOPS["compare"]
     "--hardware",
     "hardware_files",
     multiple=True,
-    type=click.Path(path_type=Path),
+    type=GivenPath(),
     help="A hardware file, or a shipped one by name (sn40l-8, dgx-h100), to run the workload "
     "on (repeat for each column).",
 )

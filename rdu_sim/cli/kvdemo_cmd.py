@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rdu_sim.cli.errors import fail
-from rdu_sim.cli.options import overrides_option
+from rdu_sim.cli.options import GivenPath, overrides_option
 from rdu_sim.config.workload import KVConfig
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _at_field(field: str, message: str, overrides: dict[str, Any]) -> str:
 
 
 @click.command("kv-demo")
-@click.argument("workload", type=click.Path(path_type=Path), required=False)
+@click.argument("workload", type=GivenPath(), required=False)
 @overrides_option
 @click.option(
     "--prompt-tokens",

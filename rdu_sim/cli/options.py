@@ -15,13 +15,32 @@ from rdu_sim.cli.errors import fail
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class FilePath(click.Path):
-    """The path of a file an option names (``--trace``, ``--db``, ``--export``, ``-o``), as a
-    Path; a folder there is the project's one ``error:`` line naming it and the option, exit
-    2 (``click.Path(dir_okay=False)`` printed click's three-line usage error)."""
+def _given_as(param: click.Parameter | None) -> str:
+    """How the command line names ``param``: an option by its flag, an argument by its
+    metavar (``WORKLOAD``)."""
+    if isinstance(param, click.Option) and param.opts:
+        return param.opts[-1]
+    return param.human_readable_name if param is not None else "the path"
+
+
+class GivenPath(click.Path):
+    """A path the command line gave, as a Path. An empty or blank one is the project's one
+    ``error:`` line naming the argument or option, exit 2: click reads "" as Path(""), the
+    working folder, and ``rdu-sim run ""`` said ``.: is a directory``."""
 
     def __init__(self) -> None:
         super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            fail(f"{_given_as(param)}: an empty path names nothing; give a path")
+        return super().convert(value, param, ctx)
+
+
+class FilePath(GivenPath):
+    """The path of a file an option names (``--trace``, ``--db``, ``--export``, ``-o``), as a
+    Path; a folder there is the project's one ``error:`` line naming it and the option, exit
+    2 (``click.Path(dir_okay=False)`` printed click's three-line usage error)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         path = super().convert(value, param, ctx)
@@ -33,8 +52,7 @@ class FilePath(click.Path):
         except OSError as exc:  # a name too long: the write error it will be
             fail(f"{path}: cannot write: {exc.strerror or exc}")
         if folder:
-            option = param.opts[-1] if param is not None and param.opts else "the option"
-            fail(f"{value}: a folder, not a file: {option} takes a file's path")
+            fail(f"{value}: a folder, not a file: {_given_as(param)} takes a file's path")
         return path
 
 
@@ -89,7 +107,7 @@ def overlays_option(func: F) -> F:
         "--overlay",
         "overlays",
         multiple=True,
-        type=click.Path(path_type=Path),
+        type=GivenPath(),
         help="A calibrated overlay (rdu-sim calibrate writes them) passed back: its values on "
         "every measured row of the machine or stack it extends. Repeatable.",
     )(func)
@@ -97,7 +115,7 @@ def overlays_option(func: F) -> F:
 
 def workload_argument(func: F) -> F:
     """The WORKLOAD file argument (its existence is checked by the loader, exit 2)."""
-    return click.argument("workload", type=click.Path(path_type=Path))(func)
+    return click.argument("workload", type=GivenPath())(func)
 
 
 def step_shape_options(func: F) -> F:

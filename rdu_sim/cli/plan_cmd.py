@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rdu_sim import human
-from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
+from rdu_sim.cli.options import MAX_WORKERS, FilePath, GivenPath, workers_option
 from rdu_sim.interrupts import kept_on_stop
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def _why_lines(summary: dict[str, Any]) -> list[str]:
 
 
 @click.command("plan")
-@click.argument("spec", type=click.Path(path_type=Path))
+@click.argument("spec", type=GivenPath())
 @workers_option(
     most=MAX_WORKERS,
     default=1,

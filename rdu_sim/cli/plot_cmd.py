@@ -42,7 +42,7 @@ import click
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.main import STOPS
-from rdu_sim.cli.options import FilePath, overrides_option
+from rdu_sim.cli.options import FilePath, GivenPath, overrides_option
 from rdu_sim.config import json_text
 from rdu_sim.config.errors import WriteError
 from rdu_sim.config.show import shown
@@ -362,7 +362,7 @@ STOPPED = STOPS["plot"]
 
 @click.command("plot")
 @click.argument("kind", metavar="KIND")
-@click.argument("input_path", metavar="INPUT", type=click.Path(path_type=Path))
+@click.argument("input_path", metavar="INPUT", type=GivenPath())
 @click.option(
     "-o",
     "--output",

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rdu_sim import api, human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.main import STOPS
-from rdu_sim.cli.options import FilePath, overrides_option, workload_argument
+from rdu_sim.cli.options import FilePath, GivenPath, overrides_option, workload_argument
 from rdu_sim.config import shipped
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.kinds import file_kind
@@ -261,7 +261,7 @@ def _write_cluster(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=GivenPath(),
     default=None,
     help="Write result.json, requests.csv and timeseries.csv here.",
 )

@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 
 from rdu_sim.cli.errors import print_warning
-from rdu_sim.cli.options import MAX_WORKERS, FilePath, workers_option
+from rdu_sim.cli.options import MAX_WORKERS, FilePath, GivenPath, workers_option
 from rdu_sim.config.errors import WriteError
 from rdu_sim.interrupts import kept_on_stop
 
@@ -66,7 +66,7 @@ def _results_table(frame: object, summary: object) -> None:
 
 
 @click.command("sweep")
-@click.argument("spec", type=click.Path(path_type=Path))
+@click.argument("spec", type=GivenPath())
 @workers_option(
     most=MAX_WORKERS,
     default=None,

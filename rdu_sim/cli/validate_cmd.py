@@ -30,7 +30,7 @@ from rich.table import Table
 from rdu_sim import human
 from rdu_sim.cli.errors import fail
 from rdu_sim.cli.main import STOPS
-from rdu_sim.cli.options import overlays_option, overrides_option
+from rdu_sim.cli.options import GivenPath, overlays_option, overrides_option
 from rdu_sim.interrupts import kept_on_stop
 from rdu_sim.report.terminal import wide_console
 
@@ -189,14 +189,14 @@ def _measured(value: float, unit: str) -> str:
 @click.option(
     "--snapstream",
     "snapstream",
-    type=click.Path(path_type=Path),
+    type=GivenPath(),
     default=None,
     help="SnapStream workload [default: workloads/deepseek-r1-128k-snapstream.yaml].",
 )
 @click.option(
     "--full",
     "full",
-    type=click.Path(path_type=Path),
+    type=GivenPath(),
     default=None,
     help="Full-attention workload [default: workloads/deepseek-r1-128k-full.yaml].",
 )

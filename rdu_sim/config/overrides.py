@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -170,9 +171,10 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
 def plain(value: Any) -> Any:
     """A deep copy of ``value`` with NumPy's values as the Python values they hold: a
     scalar (``np.int64(4)``, ``np.bool_(True)``, ``np.float64``) its ``int``, ``bool`` or
-    ``float``, an array its nested list; so ``{"serving.batch_slots": np.int64(4)}`` and a
-    study over ``2 ** np.arange(12, 15)`` validate as 4 and 4096 do, and a result's
-    provenance records plain values. The one place an override's value is made plain
+    ``float``, an array its nested list; a ``Path`` its text. So
+    ``{"serving.batch_slots": np.int64(4)}`` and a study over ``2 ** np.arange(12, 15)``
+    validate as 4 and 4096 do, ``{"hardware": Path(...)}`` as the path written out, and a
+    result's provenance records plain values. The one place an override's value is made plain
     (numpy is not imported: a value of its module is told by its type)."""
     if isinstance(value, Mapping):
         return {plain(key): plain(item) for key, item in value.items()}
@@ -180,6 +182,8 @@ def plain(value: Any) -> Any:
         return type(value)(plain(item) for item in value)
     if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
         return plain(value.tolist())
+    if isinstance(value, os.PathLike):  # a file's field (hardware, a trace) as a file holds it
+        return os.fspath(value)
     return copy.deepcopy(value)
 
 

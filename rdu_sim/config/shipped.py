@@ -97,7 +97,7 @@ def root() -> Path:
     """The folder holding the shipped folders: installed data first, else the checkout.
 
     Raises:
-        ConfigError: neither exists (a package built without its data).
+        ConfigError: an empty or blank string; or neither exists (a package built without its data).
     """
     found = installed_root() or checkout_root()
     if found is None:
@@ -289,6 +289,8 @@ def locate(path: str | Path, kinds: Sequence[str] = ALL_KINDS) -> Path:
         ConfigError: neither exists (``<path>: file not found, and no shipped ... of that
             name``, listing the shipped names of ``kinds`` when they are few).
     """
+    if isinstance(path, str) and not path.strip():  # Path("") is the working folder
+        raise ConfigError.single(repr(path), "", "an empty path: give a file or a shipped name")
     given = Path(path)
     try:
         if given.exists() or given.is_symlink():  # a broken link: the loader names it

@@ -68,7 +68,8 @@ def load(
     empty frame): ``db`` not a path, or ``keys``/``metrics`` one str (read a character at a
     time, no column matched), is a TypeError naming it; a ``sweep`` the database holds no
     point of (given without ``keys``) a StoreError naming the file and the sweeps it holds,
-    as ``rdu-sim plot sweep --sweep`` says."""
+    as ``rdu-sim plot sweep --sweep`` says; a metric no row holds and no evaluator's result
+    can hold a ValueError naming the closest name."""
     import pandas as pd  # here, not at import: workers and `rdu-sim check` do not need it
 
     _check_load_arguments(db, sweep, keys, metrics)
@@ -87,7 +88,9 @@ def load(
     kinds: dict[str, set[bool]] = {}  # column -> whether each value held is an integer
     names: dict[str, dict[Any, None]] = {part: {} for part in (*SUBJECT, *CONFIG_FIELDS)}
     records: list[dict[str, Any]] = []
+    stored_metrics: set[str] = set()  # every stored metric's name, over the rows
     for row in rows:
+        stored_metrics.update(row["metrics"] or {})
         overrides = {flat_name(k, "overrides"): v for k, v in row["overrides"].items()}
         kept = _wanted(row["metrics"] or {}, metrics)  # stored name -> (rank, value)
         values = {flat_name(k, "metrics"): v for k, (_, v) in kept.items()}
@@ -105,6 +108,7 @@ def load(
                     isinstance(value, int) and not isinstance(value, bool)
                 )
         records.append(record)
+    _refuse_unknown_metrics(metrics, stored_metrics)
     ordered = sorted(found, key=rank.__getitem__)  # stable: first seen within a metric
     columns = [*_LEADING, *axes, *(m for m in ordered if m not in axes), *_TRAILING]
     frame = pd.DataFrame.from_records(records, columns=columns)
@@ -133,6 +137,30 @@ def _check_load_arguments(db: object, sweep: object, keys: object, metrics: obje
                 f"{name} must be a list of names or None, not one str {cut_middle(repr(given))}"
                 f" (give [{given!r}])"
             )
+
+
+def _refuse_unknown_metrics(metrics: Sequence[str] | None, held: set[str]) -> None:
+    """A metric no stored row holds and no evaluator's result can hold (each registered
+    one's schema refuses it) is a ValueError in the words a spec's metrics are refused in
+    (``did you mean``), not a frame silently without it. Unchecked while an evaluator
+    knows its names only from a result (no schema)."""
+    from rdu_sim.sweep.evaluators import evaluator_names, get_evaluator
+
+    if not metrics:
+        return
+    entries = [get_evaluator(name) for name in evaluator_names()]
+    schemas = [entry.result() for entry in entries if entry.result is not None]
+    if len(schemas) < len(entries):
+        return
+    problems = []
+    for metric in metrics:
+        if any(covers(metric, name) for name in held):
+            continue
+        words = [schema.problem(metric) for schema in schemas]
+        if all(word is not None for word in words):
+            problems.append(str(words[0]))
+    if problems:
+        raise ValueError(f"metrics: {'; '.join(problems)}")
 
 
 def _spec_points(frame: pd.DataFrame, planned: dict[str, str] | None) -> None:
