@@ -85,7 +85,8 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     popularity's trace column; a paged KV pool that holds every request (``check_pool``);
     its decode step at its batch slots and longest context compiled (a kernel's stages and
     buffers against the socket's PCUs, PMUs and SRAM, ``compiler.errors.at_hardware``);
-    refused in the run's words, nothing simulated."""
+    refused in the run's words, nothing simulated; a large share of its requests cut to the
+    context said as its run's warning (``_warn_truncated``)."""
     from rdu_sim.serving.backend import EngineBackend
     from rdu_sim.serving.run import plan_capacity
 
@@ -102,12 +103,26 @@ def _check_plan(scenario: Any, trace: Any) -> None:
 
         decode = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
         backend.compiler(scenario).program(decode)
-    if placement.kv_pool is not None:  # the requests its run makes, against its pool
-        from rdu_sim.serving.limits import check_pool
-        from rdu_sim.serving.run import scenario_requests
+    from rdu_sim.serving.run import scenario_requests
 
-        requests = scenario_requests(scenario, slots)
+    requests = scenario_requests(scenario, slots)  # the requests its run makes
+    if placement.kv_pool is not None:  # against its pool
+        from rdu_sim.serving.limits import check_pool
+
         check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
+    _warn_truncated(scenario, requests)
+
+
+def _warn_truncated(scenario: Any, requests: Any) -> None:
+    """Say, as the workload's run will (``serving.requests.truncation_words``), when a large
+    share of its requests do not fit ``serving.max_context`` and would be cut: a warning,
+    not an error (the run serves them, cut; a sweep over the context cuts some by design)."""
+    from rdu_sim.serving.requests import TruncatedRequestsWarning, truncation_words
+    from rdu_sim.sim_warnings import warn
+
+    words = truncation_words(requests, scenario.workload.serving.max_context)
+    if words is not None:
+        warn(TruncatedRequestsWarning(f"{scenario.workload_file}: {words}"))
 
 
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
