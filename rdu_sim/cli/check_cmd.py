@@ -125,6 +125,21 @@ def _warn_truncated(scenario: Any, requests: Any) -> None:
         warn(TruncatedRequestsWarning(f"{scenario.workload_file}: {words}"))
 
 
+def _late_words(arrival_s: Any) -> str:
+    """``N out of time order (...)`` for trace rows that arrive before a row above them
+    (``traces.table.out_of_order``: accepted, a run replays them by arrival, as a cluster
+    counts them), "" when none do or the rows have no arrival times."""
+    from rdu_sim.serving.traces.table import out_of_order
+
+    unordered = 0 if arrival_s is None else out_of_order(arrival_s)
+    if not unordered:
+        return ""
+    return (
+        f"{unordered:,} out of time order (arriving before a row above them; a run replays "
+        "them by arrival)"
+    )
+
+
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
     """The name of the stack a hardware file runs by default, checked as a workload would
     read it (the file exists, is a valid stack, runs on this kind of hardware)."""
@@ -165,10 +180,14 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             trace = _read_trace(path, file, serving.trace_format, bound)
         _check_plan(scenario, trace)  # what its run refuses before simulating
         predicted = predicted_words(scenario.hardware_file)  # as its run will say it
+        late = ""
+        if trace is not None and serving.arrival.process == "poisson":  # replayed by arrival
+            late = _late_words(trace.arrival_s[: serving.requests])
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "
             f"kv={workload.kv.policy})"
+            + (f"\n    trace {serving.trace}: of the rows its run uses, {late}" if late else "")
             + ("" if predicted is None else f"\n    {scenario.hardware.name}: {predicted}")
         )
     if kind == "hardware":
@@ -265,16 +284,9 @@ def check_file(path: Path, measured: list[Row] | None = None) -> str:
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
-        from rdu_sim.serving.traces.table import out_of_order
-
         trace = _read_trace(path)
-        unordered = 0 if trace.arrival_s is None else out_of_order(trace.arrival_s)
-        late = (
-            f", {unordered:,} out of time order (arriving before a row above them; a run "
-            "replays them by arrival)"
-            if unordered
-            else ""
-        )
+        late = _late_words(trace.arrival_s)
+        late = f", {late}" if late else ""
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
             skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
             return f"{trace.format} trace: {human.count(len(trace), 'request')}{skipped}{late}"
