@@ -14,7 +14,9 @@ kinds, each where its rule lives:
   run_warnings``): weights pushed to DDR ``compiler.placement.WeightsSpilledWarning``,
   speculation slower than plain decoding ``report.speculation.SlowSpeculationWarning``,
   prompts past the stack's token budget ``serving.limits.UnchunkedPromptWarning``, more
-  requests asked for than the trace holds ``serving.requests.ShortTraceWarning``;
+  requests asked for than the trace holds ``serving.requests.ShortTraceWarning``, a large
+  share of requests cut to the context ``serving.requests.TruncatedRequestsWarning`` (said by
+  ``rdu-sim check`` too);
 - a step: ``engine.budget.SlowStepWarning`` (long to simulate), ``serving.backend.
   StepOverPoolWarning`` (more pages than the pool holds);
 - a cluster: ``api_cluster.EmptyPrefixCacheWarning``, ``api_cluster.UncappedPrefixCacheWarning``;

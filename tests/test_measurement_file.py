@@ -350,7 +350,7 @@ def test_any_file_reads_or_fails_with_one_clean_error(
 def test_check_points_names_every_bad_row_up_to_a_bound(tmp_path: Path) -> None:
     """``check_points`` (rdu-sim check) names each bad row, read or resolved, in line order;
     past ``MAX_ROW_ISSUES`` the rest are counted, not listed."""
-    from rdu_sim.validate.deployment_suite import MAX_ROW_ISSUES
+    from rdu_sim.config.errors import MAX_ROW_ISSUES
     from rdu_sim.validate.measurement_file import check_points
 
     bad = ROW.replace("llama-3.2-1b", "llama-9")
@@ -375,7 +375,7 @@ def test_check_points_names_every_bad_row_up_to_a_bound(tmp_path: Path) -> None:
 def test_rows_past_the_bound_are_counted_in_their_own_files() -> None:
     """The rows past ``MAX_ROW_ISSUES`` are counted per file they lie in, each count naming
     its file, not the file of the last row shown."""
-    from rdu_sim.validate.deployment_suite import MAX_ROW_ISSUES, bounded
+    from rdu_sim.config.errors import MAX_ROW_ISSUES, bounded
 
     def rows(file: str, count: int) -> list[ConfigIssue]:
         return [ConfigIssue(f"{file}:{line}", "batch", "bad") for line in range(2, count + 2)]

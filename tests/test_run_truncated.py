@@ -67,3 +67,82 @@ def test_a_run_that_cuts_nothing_says_nothing(tmp_path: Path) -> None:
     assert data["prompt_tokens_truncated"] == data["output_tokens_truncated"] == 0
     assert _row(report, "requests truncated") is None
     assert _row(report, "requests completed") == "5 of 5 requests"
+
+
+def _workload(folder: Path, serving: str) -> Path:
+    """The shipped 8B workload with its ``serving`` lengths replaced (hardware path made
+    absolute)."""
+    text = LLAMA.read_text().replace("../hw_configs/", str(ROOT / "hw_configs") + "/")
+    text = text.replace("  max_context: 8192\n", "")
+    text = text.replace("  prompt_tokens: {dist: uniform, low: 512, high: 4096}\n", "")
+    text = text.replace("  output_tokens: {dist: uniform, low: 128, high: 1024}\n", serving)
+    text = text.replace("requests: 200", "requests: 4")
+    path = folder / "bad3.yaml"
+    path.write_text(text)
+    return path
+
+
+EVERY_ONE_OVER = (
+    "  max_context: 2048\n"
+    "  prompt_tokens: {dist: fixed, value: 4000}\n"
+    "  output_tokens: {dist: fixed, value: 10}\n"
+)
+CUT_WORDS = (
+    "4 of 4 requests (100%) ask for more than serving.max_context (2,048 tokens, prompt + "
+    "output; up to 4,010 asked) and were cut to fit, 7,812 prompt and 36 output tokens not "
+    "served: the run measures shorter requests than the workload's; raise "
+    "serving.max_context (to 4,010 to serve them whole) or shorten the prompts and outputs"
+)
+
+
+def test_a_run_that_cuts_every_request_warns_what_to_change(tmp_path: Path) -> None:
+    """Every prompt past the context: each request is served as 2,047 + 1 tokens. The run
+    says so as a warning of its kind (in its JSON's ``warnings`` and its text report), with
+    how many were cut, from what to what, and what to change; a run cutting nothing, or
+    fewer than ``TRUNCATED_SHARE`` of its requests, does not (the report's row says it)."""
+    import warnings
+
+    from rdu_sim.serving.requests import TRUNCATED_SHARE, TruncatedRequestsWarning
+
+    workload = _workload(tmp_path, EVERY_ONE_OVER)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = api.run(workload, backend=FakeBackend())
+    data = result.to_dict()
+    assert data["requests_truncated"] == 4 and data["output_tokens"] == 4
+    assert data["warnings"] == [CUT_WORDS]
+    said = [str(w.message) for w in caught if w.category is TruncatedRequestsWarning]
+    assert said == [f"{workload}: {CUT_WORDS}"]
+    out = io.StringIO()
+    print_report(result.summary(), Console(file=out, width=2000))
+    assert f"warning: {CUT_WORDS}" in out.getvalue()
+
+    assert TRUNCATED_SHARE == 0.1  # one request of the 5 below is 20%; of 20, 5%
+    data, _ = _run(tmp_path, 4096)  # 2 of 5 cut
+    assert [w for w in data["warnings"] if "max_context" in str(w)] != []
+    few = ROWS + [(0.5 + i / 10, 100, 10) for i in range(15)]  # 2 of 20 cut: 10%, warns
+    lines = ["arrival_s,prompt_tokens,output_tokens"] + [",".join(map(str, r)) for r in few]
+    fewer = [*lines[:4], *lines[5:], "9.0,100,10"]  # 1 of 20 cut: 5%, the row says it
+    for rows, warned in ((lines, True), (fewer, False)):
+        (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+        overrides = {"serving.trace": "t.csv", "serving.max_context": 4096}
+        data = api.run(tmp_path / "w.yaml", overrides, backend=FakeBackend()).to_dict()
+        assert data["requests_truncated"] == (2 if warned else 1)
+        assert any("serving.max_context" in w for w in data["warnings"]) is warned
+
+
+def test_check_says_a_workload_whose_requests_cannot_fit_the_context(tmp_path: Path) -> None:
+    """`rdu-sim check` draws the requests the run would and says the run's warning: a
+    `warning:` line naming the workload, exit 0 (the run serves them, cut)."""
+    from click.testing import CliRunner
+
+    from rdu_sim.cli.main import cli
+
+    workload = _workload(tmp_path, EVERY_ONE_OVER)
+    result = CliRunner().invoke(cli, ["check", str(workload)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {workload}: {CUT_WORDS}" in " ".join(result.stderr.split())
+    assert result.stdout.startswith("OK")
+    fits = _workload(tmp_path, EVERY_ONE_OVER.replace("2048", "8192"))
+    result = CliRunner().invoke(cli, ["check", str(fits)])
+    assert result.exit_code == 0 and "warning" not in result.output, result.output

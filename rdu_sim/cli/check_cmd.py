@@ -85,7 +85,8 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     popularity's trace column; a paged KV pool that holds every request (``check_pool``);
     its decode step at its batch slots and longest context compiled (a kernel's stages and
     buffers against the socket's PCUs, PMUs and SRAM, ``compiler.errors.at_hardware``);
-    refused in the run's words, nothing simulated."""
+    refused in the run's words, nothing simulated; a large share of its requests cut to the
+    context said as its run's warning (``_warn_truncated``)."""
     from rdu_sim.serving.backend import EngineBackend
     from rdu_sim.serving.run import plan_capacity
 
@@ -102,12 +103,41 @@ def _check_plan(scenario: Any, trace: Any) -> None:
 
         decode = StepShape("decode", slots, verify_tokens(scenario), slot_tokens(scenario))
         backend.compiler(scenario).program(decode)
-    if placement.kv_pool is not None:  # the requests its run makes, against its pool
-        from rdu_sim.serving.limits import check_pool
-        from rdu_sim.serving.run import scenario_requests
+    from rdu_sim.serving.run import scenario_requests
 
-        requests = scenario_requests(scenario, slots)
+    requests = scenario_requests(scenario, slots)  # the requests its run makes
+    if placement.kv_pool is not None:  # against its pool
+        from rdu_sim.serving.limits import check_pool
+
         check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
+    _warn_truncated(scenario, requests)
+
+
+def _warn_truncated(scenario: Any, requests: Any) -> None:
+    """Say, as the workload's run will (``serving.requests.truncation_words``), when a large
+    share of its requests do not fit ``serving.max_context`` and would be cut: a warning,
+    not an error (the run serves them, cut; a sweep over the context cuts some by design)."""
+    from rdu_sim.serving.requests import TruncatedRequestsWarning, truncation_words
+    from rdu_sim.sim_warnings import warn
+
+    words = truncation_words(requests, scenario.workload.serving.max_context)
+    if words is not None:
+        warn(TruncatedRequestsWarning(f"{scenario.workload_file}: {words}"))
+
+
+def _late_words(arrival_s: Any) -> str:
+    """``N out of time order (...)`` for trace rows that arrive before a row above them
+    (``traces.table.out_of_order``: accepted, a run replays them by arrival, as a cluster
+    counts them), "" when none do or the rows have no arrival times."""
+    from rdu_sim.serving.traces.table import out_of_order
+
+    unordered = 0 if arrival_s is None else out_of_order(arrival_s)
+    if not unordered:
+        return ""
+    return (
+        f"{unordered:,} out of time order (arriving before a row above them; a run replays "
+        "them by arrival)"
+    )
 
 
 def _default_stack(hardware: Hardware, file: str, lines: LineMap) -> str:
@@ -150,10 +180,14 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             trace = _read_trace(path, file, serving.trace_format, bound)
         _check_plan(scenario, trace)  # what its run refuses before simulating
         predicted = predicted_words(scenario.hardware_file)  # as its run will say it
+        late = ""
+        if trace is not None and serving.arrival.process == "poisson":  # replayed by arrival
+            late = _late_words(trace.arrival_s[: serving.requests])
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "
             f"kv={workload.kv.policy})"
+            + (f"\n    trace {serving.trace}: of the rows its run uses, {late}" if late else "")
             + ("" if predicted is None else f"\n    {scenario.hardware.name}: {predicted}")
         )
     if kind == "hardware":
@@ -250,16 +284,9 @@ def check_file(path: Path, measured: list[Row] | None = None) -> str:
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
-        from rdu_sim.serving.traces.table import out_of_order
-
         trace = _read_trace(path)
-        unordered = 0 if trace.arrival_s is None else out_of_order(trace.arrival_s)
-        late = (
-            f", {unordered:,} out of time order (arriving before a row above them; a run "
-            "replays them by arrival)"
-            if unordered
-            else ""
-        )
+        late = _late_words(trace.arrival_s)
+        late = f", {late}" if late else ""
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
             skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
             return f"{trace.format} trace: {human.count(len(trace), 'request')}{skipped}{late}"

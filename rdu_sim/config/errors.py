@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rdu_sim.config.show import cut_middle
@@ -9,6 +11,13 @@ from rdu_sim.input_errors import InputError
 
 MAX_PATH_CHARS = 300
 MAX_MESSAGE_CHARS = 2000
+
+MAX_ROW_ISSUES = 100
+"""The most bad rows one error names (the rest are counted, ``bounded``): a file of 10,000
+rows naming a missing hardware file is one problem, not 10,000 lines."""
+
+ROW_SUFFIX = re.compile(r":\d+$")
+"""The ``:line`` a row's issue may add to its file's path (a measurement file's)."""
 
 
 @dataclass(frozen=True)
@@ -97,3 +106,23 @@ class WriteError(ConfigError):
         return WriteError(
             [replace(i, message=i.message + " (the report above is complete)") for i in self.issues]
         )
+
+
+def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:
+    """At most ``MAX_ROW_ISSUES`` issues, then one per file of the rest, counting its rows
+    (the rest may lie in files none of the shown issues names): the one cap on the bad rows
+    an error names (a measurement file's, a trace's)."""
+    if len(issues) <= MAX_ROW_ISSUES:
+        return list(issues)
+    rest: dict[str, int] = {}
+    for issue in issues[MAX_ROW_ISSUES:]:
+        file = ROW_SUFFIX.sub("", issue.file)
+        rest[file] = rest.get(file, 0) + 1
+    more = [more_bad_rows(file, count) for file, count in rest.items()]
+    return [*issues[:MAX_ROW_ISSUES], *more]
+
+
+def more_bad_rows(file: str, count: int) -> ConfigIssue:
+    """The issue counting the bad rows of ``file`` past ``MAX_ROW_ISSUES`` (``bounded``; a
+    trace reader that keeps only the first ones counts the rest so)."""
+    return ConfigIssue(file, "", f"and {count} more bad row(s) not shown")

@@ -112,7 +112,13 @@ from rdu_sim.report.speculation import (
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.limits import UnchunkedPromptWarning, unchunked_words
 from rdu_sim.serving.records import ServingRecords
-from rdu_sim.serving.requests import RequestSet, ShortTraceWarning, short_trace_words
+from rdu_sim.serving.requests import (
+    RequestSet,
+    ShortTraceWarning,
+    TruncatedRequestsWarning,
+    short_trace_words,
+    truncation_words,
+)
 from rdu_sim.serving.run import ServingRun
 from rdu_sim.serving.steady import steady_state
 from rdu_sim.serving.step_cache import PS_PER_S, StepCache, StepCost
@@ -791,7 +797,8 @@ def run_warnings(run: ServingRun, speculation: SpeculationSummary | None) -> lis
     script can filter): weights pushed to DDR, speculation slower than plain decoding,
     prompts past the stack's token budget. The one rule for both: a run's report and JSON
     say their words (``warnings``), and ``api.run`` emits them (``RunResult.warn``); and
-    ``serving.requests`` past the rows of the run's trace."""
+    ``serving.requests`` past the rows of the run's trace, and a large share of requests cut
+    to the context (``serving.requests.truncation_words``)."""
     scenario = run.scenario
     found: list[RduSimWarning] = []
     if not run.coe:  # a CoE plan keeps its experts in DDR and caches them in HBM by design
@@ -803,6 +810,9 @@ def run_warnings(run: ServingRun, speculation: SpeculationSummary | None) -> lis
     short = short_trace_words(scenario.workload.serving, len(run.requests_in.prompt_tokens))
     if short is not None:
         found.append(ShortTraceWarning(short))
+    truncated = truncation_words(run.requests_in, scenario.workload.serving.max_context)
+    if truncated is not None:
+        found.append(TruncatedRequestsWarning(truncated))
     return found
 
 

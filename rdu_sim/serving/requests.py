@@ -8,7 +8,8 @@ Lengths are clipped so a request fits one slot (documented in docs/serving.md):
 ``prompt <= max_context - 1`` (at least 1) and ``output <= max_context - prompt`` (at
 least 1), i.e. ``prompt + output <= max_context``; how many were cut, and how many prompt
 and output tokens the cut took, is counted (``cut_to_context``: ``requests_truncated`` and
-``prompt_tokens_truncated`` and ``output_tokens_truncated`` in the run's report). The last output
+``prompt_tokens_truncated`` and ``output_tokens_truncated`` in the run's report), and a run
+that cut a tenth of its requests or more warns (``truncation_words``). The last output
 token comes from the last decode step, whose cache holds ``prompt + output - 1`` tokens,
 so every cache the run builds fits ``max_context``.
 """
@@ -56,6 +57,8 @@ class RequestSet:
     # the prompt and output tokens those cuts took (asked for, never served)
     prompt_tokens_cut: int = 0
     output_tokens_cut: int = 0
+    # the longest prompt + output a cut request asked for (0: none was cut)
+    longest_cut: int = 0
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -124,6 +127,7 @@ class ContextCut:
     over: NDArray[np.bool_]
     prompt_tokens_cut: int
     output_tokens_cut: int
+    longest: int  # the longest prompt + output a cut request asked for (0: none was cut)
 
 
 def cut_to_context(
@@ -132,12 +136,47 @@ def cut_to_context(
     """The requests whose prompt + output exceed ``max_context``, cut to fit, and what the
     cut took (a lone run and a cluster's ``truncate`` count it the same way)."""
     clipped_prompt, clipped_output = clip_to_context(prompt, output, max_context)
+    asked = prompt + output
+    over = asked > max_context
     return ContextCut(
         clipped_prompt,
         clipped_output,
-        prompt + output > max_context,
+        over,
         int(np.maximum(prompt - clipped_prompt, 0).sum()),
         int(np.maximum(output - clipped_output, 0).sum()),
+        int(asked[over].max()) if over.any() else 0,
+    )
+
+
+TRUNCATED_SHARE = 0.1
+"""The share of a run's requests cut to fit ``serving.max_context`` from which the run
+warns (``truncation_words``). Below it the report's ``requests truncated`` row says the cut:
+a distribution's tail past the context (a lognormal's) clips a few requests by design, and a
+warning on every such run would teach readers to skip warnings; from a tenth on, the traffic
+served is no longer the traffic asked for."""
+
+
+class TruncatedRequestsWarning(RduSimWarning):
+    """A large share of a run's requests (``TRUNCATED_SHARE``) longer than
+    ``serving.max_context``, cut to fit a slot."""
+
+
+def truncation_words(requests: RequestSet, max_context: int) -> str | None:
+    """What a run whose requests were cut to the context (``TRUNCATED_SHARE`` of them or
+    more) is told: how many, from what to what, and what to change; None below the share.
+    The one rule for a run's report (``report.summary.run_warnings``) and ``rdu-sim check``,
+    which draws the same requests."""
+    cut, total = requests.truncated, len(requests)
+    if not cut or cut < TRUNCATED_SHARE * total:
+        return None
+    return (
+        f"{cut:,} of {total:,} requests ({cut / total:.0%}) ask for more than "
+        f"serving.max_context ({max_context:,} tokens, prompt + output; up to "
+        f"{requests.longest_cut:,} asked) and were cut to fit, "
+        f"{requests.prompt_tokens_cut:,} prompt and {requests.output_tokens_cut:,} output "
+        f"tokens not served: the run measures shorter requests than the workload's; raise "
+        f"serving.max_context (to {requests.longest_cut:,} to serve them whole) or shorten "
+        "the prompts and outputs"
     )
 
 
@@ -235,6 +274,7 @@ def make_requests(
         int(cut.over.sum()),
         cut.prompt_tokens_cut,
         cut.output_tokens_cut,
+        cut.longest,
     )
 
 

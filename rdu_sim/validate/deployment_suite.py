@@ -17,13 +17,12 @@ limits (the limits are the suite's claim about the shipped measurements).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rdu_sim.config.errors import ConfigError, ConfigIssue
+from rdu_sim.config.errors import ConfigError, ConfigIssue, bounded
 from rdu_sim.config.stack import NONE
 from rdu_sim.engine.shared_steps import sharing as share_steps
 from rdu_sim.validate.deployment import (
@@ -44,13 +43,6 @@ from rdu_sim.validate.scope import (
     settings_of,
     stack_of,
 )
-
-MAX_ROW_ISSUES = 100
-"""The most bad rows one error names (the rest are counted): a file of 10,000 rows naming a
-missing hardware file is one problem, not 10,000 lines."""
-
-ROW_SUFFIX = re.compile(r":\d+$")
-"""The ``:line`` a row's issue adds to its file's path."""
 
 LIMITS: dict[tuple[str, str], tuple[float, float]] = {
     (BATCH, "rdu"): (0.08, 0.25),
@@ -163,7 +155,7 @@ def resolve_rows(points: Sequence[MeasuredPoint], overrides: Sequence[str] = ())
     """Each row's workload built (``MeasuredPoint.scenario``, as ``calibrate`` builds it) and
     its deployment resolved, nothing simulated; one ConfigError naming every row that
     cannot run or repeats an earlier row's measurement (its file, line, column and problem;
-    at most ``MAX_ROW_ISSUES`` of them)."""
+    at most ``config.errors.MAX_ROW_ISSUES`` of them)."""
     rows, issues = _resolved(points, overrides)
     if issues:
         raise ConfigError(bounded([issue for _, issue in issues]))
@@ -279,22 +271,6 @@ def duplicate_issues(rows: Sequence[Row]) -> list[ConfigIssue]:
                 )
             )
     return issues
-
-
-def bounded(issues: Sequence[ConfigIssue]) -> list[ConfigIssue]:
-    """At most ``MAX_ROW_ISSUES`` issues, then one per file of the rest, counting its rows
-    (the rest may lie in files none of the shown issues names)."""
-    if len(issues) <= MAX_ROW_ISSUES:
-        return list(issues)
-    rest: dict[str, int] = {}
-    for issue in issues[MAX_ROW_ISSUES:]:
-        file = ROW_SUFFIX.sub("", issue.file)
-        rest[file] = rest.get(file, 0) + 1
-    more = [
-        ConfigIssue(file, "", f"and {count} more bad row(s) not shown")
-        for file, count in rest.items()
-    ]
-    return [*issues[:MAX_ROW_ISSUES], *more]
 
 
 def check_overlays(overlays: Sequence[tuple[Path, Sequence[Fixed]]], rows: Sequence[Row]) -> None:

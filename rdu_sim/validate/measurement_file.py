@@ -303,7 +303,7 @@ def read_points(path: Path) -> list[MeasuredPoint]:
     """The points of one measurement file (one ConfigError naming every bad row, in line
     order, each with its file, line and column: at most ``MAX_ROW_ISSUES``, as
     ``check_points`` names them)."""
-    from rdu_sim.validate.deployment_suite import bounded
+    from rdu_sim.config.errors import bounded
 
     points, issues = _read(path)
     if issues:
@@ -318,7 +318,8 @@ def check_points(path: Path, earlier: list[Row] | None = None) -> list[MeasuredP
     order, each with its file, line, column and problem (``rdu-sim check``). ``earlier``:
     the rows of the files checked before it, so a row repeating one of theirs is refused
     as ``validate`` refuses it; this file's rows that resolve are added to it."""
-    from rdu_sim.validate.deployment_suite import bounded, duplicate_issues, resolve_rows
+    from rdu_sim.config.errors import bounded
+    from rdu_sim.validate.deployment_suite import duplicate_issues, resolve_rows
 
     before = [] if earlier is None else earlier
     points, bad_rows = _read(path)
@@ -416,7 +417,7 @@ def read_each(paths: Iterable[Path]) -> tuple[list[MeasuredPoint], list[ConfigIs
 def read_all(paths: Iterable[Path]) -> list[MeasuredPoint]:
     """The points of several files, in file then row order (``read_each``; one ConfigError
     naming every bad row)."""
-    from rdu_sim.validate.deployment_suite import bounded
+    from rdu_sim.config.errors import bounded
 
     points, issues = read_each(paths)
     if issues:

@@ -59,11 +59,12 @@ def azure_rows(lines: TraceLines) -> Iterator[Row]:
     for line, row in records:
         stamp = parse_timestamp(row["TIMESTAMP"])
         if stamp is None:
-            raise lines.error(
+            lines.bad_row(
                 f"expected a time like 2023-11-16 18:15:46.68, got {row['TIMESTAMP'][:40]!r}",
                 "TIMESTAMP",
                 line,
             )
+            continue
         yield (
             line,
             {

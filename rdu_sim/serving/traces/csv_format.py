@@ -19,7 +19,8 @@ from rdu_sim.serving.traces.values import COLUMNS, READ, REQUIRED
 
 def csv_records(lines: TraceLines) -> tuple[list[str], Iterator[Row]]:
     """The header of a CSV file and its data rows keyed by every header name (blank lines
-    skipped; a row with another number of fields than the header is an error)."""
+    skipped; a row with another number of fields than the header is a bad row,
+    ``TraceLines.bad_row``)."""
     reader = csv.reader(lines, strict=True)
 
     def parsed() -> Iterator[list[str]]:
@@ -50,7 +51,8 @@ def csv_records(lines: TraceLines) -> tuple[list[str], Iterator[Row]]:
             if not fields or all(not field.strip() for field in fields):
                 continue
             if len(fields) != len(header):
-                raise lines.error(f"row has {len(fields)} fields, the header has {len(header)}")
+                lines.bad_row(f"row has {len(fields)} fields, the header has {len(header)}")
+                continue
             yield reader.line_num, dict(zip(header, fields, strict=True))
 
     return header, rows()

@@ -38,7 +38,8 @@ def json_problem(text: str, exc: json.JSONDecodeError) -> str:
 
 
 def json_objects(lines: TraceLines) -> Iterator[Row]:
-    """Each non-blank line of a JSONL file as an object (line number, the object)."""
+    """Each non-blank line of a JSONL file as an object (line number, the object); a line
+    that is not one is a bad row (``TraceLines.bad_row``)."""
     for line in lines:
         text = line.rstrip("\r\n")  # a column counts in the line, not past its end
         if not text.strip():
@@ -46,13 +47,17 @@ def json_objects(lines: TraceLines) -> Iterator[Row]:
         try:
             obj = loads(text, MAX_JSON_DEPTH, unique_keys=True)
         except json.JSONDecodeError as exc:
-            raise lines.error(json_problem(text, exc)) from None
+            lines.bad_row(json_problem(text, exc))
+            continue
         except DuplicateKeyError as exc:
-            raise lines.error(f"{exc}; {KEY_ONCE}") from None
+            lines.bad_row(f"{exc}; {KEY_ONCE}")
+            continue
         except JsonLimitError as exc:
-            raise lines.error(f"not valid JSON: {exc}") from None
+            lines.bad_row(f"not valid JSON: {exc}")
+            continue
         if not isinstance(obj, dict):
-            raise lines.error(f"expected a JSON object, got {type(obj).__name__}")
+            lines.bad_row(f"expected a JSON object, got {type(obj).__name__}")
+            continue
         yield lines.line, obj
 
 

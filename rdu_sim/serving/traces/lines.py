@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import MAX_ROW_ISSUES, ConfigError, ConfigIssue, more_bad_rows
 from rdu_sim.config.text import not_text
 
 MAX_LINE_BYTES = 2**20
@@ -36,7 +36,9 @@ class TraceLines:
     """Iterate the decoded lines of an open binary stream (line ends kept, as csv needs).
 
     ``line`` is the number of the last line yielded (1-based); ``error`` builds a
-    ConfigError naming the file and a line.
+    ConfigError naming the file and a line. A row's own problem is noted (``bad_row``) and
+    the reading goes on, so one error names every bad row (``bad_rows``), as the YAML loader
+    names every bad field; a problem of the file as a whole is raised where it is found.
     """
 
     def __init__(self, stream: BinaryIO, file: str) -> None:
@@ -44,10 +46,25 @@ class TraceLines:
         self.file = file
         self.line = 0
         self.offset = 0  # bytes before the current line
+        self.issues: list[ConfigIssue] = []  # the first ``MAX_ROW_ISSUES`` bad rows
+        self.bad = 0  # every bad row, those past the issues kept counted only
 
     def error(self, message: str, field: str = "", line: int | None = None) -> ConfigError:
         """A ConfigError at `line` (default: the current one) of this file."""
         return ConfigError.single(self.file, field, message, line if line else self.line or 1)
+
+    def bad_row(self, message: str, field: str = "", line: int | None = None) -> None:
+        """Note a bad row at `line` (default: the current one); the reader skips it and reads
+        on (memory: at most ``MAX_ROW_ISSUES`` issues, the rest counted)."""
+        self.bad += 1
+        if len(self.issues) < MAX_ROW_ISSUES:
+            self.issues.extend(self.error(message, field, line).issues)
+
+    def bad_rows(self) -> list[ConfigIssue]:
+        """An issue per bad row noted, in line order, the ones past ``MAX_ROW_ISSUES``
+        counted in one (``config.errors.bounded``'s words)."""
+        more = self.bad - len(self.issues)
+        return [*self.issues, *([more_bad_rows(self.file, more)] if more else [])]
 
     def _read(self) -> bytes:
         try:

@@ -75,28 +75,32 @@ def _int64s(values: list[Any]) -> bool:
 )
 def mooncake_rows(lines: TraceLines) -> Iterator[Row]:
     """Rows of a Mooncake trace as ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and
-    ``hash_ids``."""
+    ``hash_ids`` (a row failing a check is a bad row, ``TraceLines.bad_row``)."""
     for line, obj in json_objects(lines):
-        for name in FIELDS:
-            if name not in obj:
-                raise lines.error("missing field", name, line)
+        missing = next((name for name in FIELDS if name not in obj), None)
+        if missing is not None:
+            lines.bad_row("missing field", missing, line)
+            continue
         try:
             arrival = _milliseconds(obj["timestamp"])
         except ValueProblem as problem:
-            raise lines.error(str(problem), "timestamp", line) from None
+            lines.bad_row(str(problem), "timestamp", line)
+            continue
         hashes = obj.get("hash_ids", [])
         if not isinstance(hashes, list) or len(hashes) > MAX_BLOCKS or not _int64s(hashes):
-            raise lines.error(
+            lines.bad_row(
                 f"expected a list of at most {MAX_BLOCKS:,} integer block hashes", "hash_ids", line
             )
+            continue
         if len(set(hashes)) != len(hashes):  # block i names the first i + 1 blocks: all differ
             repeated = next(h for i, h in enumerate(hashes) if h in hashes[:i])
-            raise lines.error(
+            lines.bad_row(
                 f"block hash {repeated} appears twice: a block's hash names the prompt's whole "
                 "prefix up to it, so the blocks of one prompt differ",
                 "hash_ids",
                 line,
             )
+            continue
         row = {name: value for name, value in obj.items() if name not in _OWN}
         row.update(
             arrival_s=arrival,

@@ -262,6 +262,7 @@ class _Rows:
     columns: dict[str, list[str]] = field(default_factory=dict)
     has: dict[str, bool] = field(default_factory=dict)
     skipped: int = 0
+    first_line: int = 0  # the line of the first row read, kept or skipped (0: none yet)
 
     def optional(self, name: str) -> bool:
         """Whether the rows hold the optional column ``name`` (from the first row)."""
@@ -310,21 +311,32 @@ def _collect(
     first_row: Callable[[ConfigError], ConfigError] | None = None,
 ) -> _Rows:
     """Check each row's values (module docstring) and collect them; with ``blocks``, each
-    row's number of block hashes too (``blocks_problem``). An error before any row was
-    read passes through ``first_row`` (which says how the format was chosen)."""
+    row's number of block hashes too (``blocks_problem``). Every bad row is named in one
+    error (``TraceLines.bad_rows``), with a problem of the file as a whole when one ends the
+    reading. An error at the first row read, before any good one, passes through
+    ``first_row`` (which says how the format was chosen); when no row at all fits a format
+    that was named, the first row's error alone is raised (the format is the likely fault,
+    not each row)."""
     found = _Rows(trace_format, keep_columns=replay)
     try:
         _fill(found, lines, max_rows, blocks)
-    except ConfigError as exc:
-        if (
-            first_row is None
-            or found.prompt
-            or found.skipped
-            or isinstance(exc, (BlockSizeError, NotTextError))
-        ):
-            raise
-        raise first_row(exc) from None
-    return found
+    except ConfigError as exc:  # the file's problem that ended the reading
+        error = type(exc)([*lines.bad_rows(), *exc.issues])
+    else:
+        if not lines.bad:
+            return found
+        error = ConfigError(lines.bad_rows())
+    first = error.issues[0].line or 0
+    if (
+        first_row is None
+        or (found.first_line and found.first_line < first)
+        or isinstance(error, (BlockSizeError, NotTextError))
+    ):
+        raise error
+    noted = first_row(ConfigError(error.issues[:1])).issues
+    if not found.prompt and not found.skipped:  # no row fits the format named: its first says why
+        raise type(error)(noted)
+    raise type(error)([*noted, *error.issues[1:]])
 
 
 def _fill(found: _Rows, lines: TraceLines, max_rows: int, blocks: Blocks | None) -> None:
@@ -342,6 +354,7 @@ def _fill(found: _Rows, lines: TraceLines, max_rows: int, blocks: Blocks | None)
     hashed = format_name == mooncake.NAME
     for line, row in trace_format.rows(lines):
         column = "arrival_s"
+        found.first_line = found.first_line or line
         try:
             if row.get(column) in (None, ""):
                 if published:
@@ -370,7 +383,10 @@ def _fill(found: _Rows, lines: TraceLines, max_rows: int, blocks: Blocks | None)
         except ValueProblem as exc:
             missing = row.get(column) in (None, "") and column in ("prompt_tokens", "output_tokens")
             shown = SOURCE_COLUMNS.get(format_name, {}).get(column, column)
-            raise lines.error("missing value" if missing else str(exc), shown, line) from None
+            lines.bad_row("missing value" if missing else str(exc), shown, line)
+            if len(found.prompt) + lines.bad >= max_rows:
+                break
+            continue
         hashes = row.get("hash_ids", ()) if hashed else ()
         if blocks is not None and hashed and "hash_ids" in row:
             problem = blocks_problem(prompt, len(hashes), blocks)
@@ -386,9 +402,9 @@ def _fill(found: _Rows, lines: TraceLines, max_rows: int, blocks: Blocks | None)
             for name, value in row.items():
                 if name not in _OWN:
                     found.columns.setdefault(name, []).append(column_text(value))
-        if len(found.prompt) >= max_rows:
+        if len(found.prompt) + lines.bad >= max_rows:  # (a bad row is one of a run's rows)
             break
-    if not found.prompt:
+    if not found.prompt and not lines.bad:  # (bad rows: ``_collect`` names them)
         detail = f" ({found.skipped} failed rows skipped)" if found.skipped else ""
         raise lines.error(f"trace has no requests{detail}", line=1)
 
