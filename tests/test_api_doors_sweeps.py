@@ -121,10 +121,17 @@ def test_warn_and_record_take_a_bool_not_a_true_string() -> None:
         api.step(W, record=1)  # type: ignore[arg-type]
 
 
-def test_a_metric_no_row_or_result_can_hold_is_refused_not_dropped(spec: Path) -> None:
+def test_a_metric_no_row_or_result_can_hold_is_refused_not_dropped(
+    spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``metrics=["decode_tokens_per_sec"]`` gave a frame without it, in silence; a metric a
     result may hold that these rows lack (a section this sweep's points did not have) still
-    loads, without a column."""
+    loads, without a column. The shipped evaluators only: one a test registered without a
+    schema (test_sweep_run.py's, in the same process) turns the check off."""
+    import rdu_sim.sweep.evaluators as evaluators
+
+    shipped = {n: e for n, e in evaluators._REGISTRY.items() if n in ("simulate", "synthetic")}
+    monkeypatch.setattr(evaluators, "_REGISTRY", shipped)
     db = run_sweep(spec, workers=1).db
     with pytest.raises(
         ValueError,
