@@ -88,6 +88,10 @@ def _metrics(frame: Any, axes: Sequence[str], named: Sequence[str] | None) -> li
 PADDING = 3
 """Characters a column takes beside its widest cell (rich's SIMPLE_HEAD padding)."""
 
+EDGE = 1
+"""Characters the table takes beside its columns (its outer edge): a table whose columns
+filled the width exactly had its last cell cut with an ellipsis."""
+
 
 def sweep_tables(
     frame: Any, metrics: Sequence[str] | None = None, title: str = "", width: int = 160
@@ -106,7 +110,7 @@ def sweep_tables(
     if failed:
         columns["status"] = [_status(r) for r in records]
     widths = {name: max([len(name), *map(len, cells)]) + PADDING for name, cells in columns.items()}
-    lead = sum(widths[a] for a in axes)
+    lead = EDGE + sum(widths[a] for a in axes)
     chunks: list[list[str]] = [[]]
     for name in [*shown, *(["status"] if failed else [])]:
         used = lead + sum(widths[c] for c in chunks[-1])
