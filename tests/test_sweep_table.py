@@ -190,3 +190,31 @@ def test_a_sweep_without_metrics_shows_what_bound_each_point() -> None:
         "decode_step.bound",
     ]
     assert list(table.columns[-1].cells) == ["hbm", "host"]
+
+
+def test_a_table_that_fills_the_width_exactly_is_not_cut() -> None:
+    """The columns' widths left out the table's edge: a table one character too wide for the
+    console had its last cell (a failed point's status) cut with an ellipsis; it now goes
+    to a further table, every cell whole."""
+    import pandas as pd
+
+    from rdu_sim.report.sweep_table import short_error
+
+    error = "RuntimeError: " + " ".join(["word"] * 20)
+    frame = pd.DataFrame(
+        {
+            "serving.batch_slots": [2, 100000],
+            "decode_tokens_per_s": [143.0, None],
+            "status": ["done", "failed"],
+            "error": [None, error],
+        }
+    )
+    frame.attrs["axes"] = ["serving.batch_slots"]
+    status = "failed: " + short_error(error)
+    narrowest = 1 + len("serving.batch_slots") + 3 + len(status) + 3  # status beside the axis
+    for width in range(narrowest, narrowest + 40):
+        text = io.StringIO()
+        for table in sweep_tables(frame, ["decode_tokens_per_s"], width=width):
+            Console(file=text, width=width).print(table)
+        assert "…" not in text.getvalue(), width
+        assert status in text.getvalue(), width

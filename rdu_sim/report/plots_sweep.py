@@ -55,6 +55,7 @@ from rdu_sim.report.plots_style import (
     whole_run_key,
 )
 from rdu_sim.report.summary import UTILIZATION_LABELS
+from rdu_sim.report.sweep_companions import OFFERED_LOAD, THROUGHPUTS
 from rdu_sim.report.sweep_frame import cell_key as _key
 from rdu_sim.report.sweep_frame import swept_axes
 from rdu_sim.report.sweep_table import failure_words
@@ -226,9 +227,10 @@ def design_space(
         whole_run: a metric drawn faint beside ``y`` in each line's colour (the whole run's
             rate beside the steady window's: ``plots_style.plot_steady``); a point with no
             ``y`` is a hollow marker at its value.
-        marks: name each point's decode-step bound over it and the batch limits along a
-            batch-slots axis, where the rows carry them (:func:`mark_bounds`,
-            :func:`mark_batch_limits`).
+        marks: name each point's decode-step bound over it (or, for a throughput, the
+            offered load where it set it, said in a note over the axes too) and the batch
+            limits along a batch-slots axis, where the rows carry them (:func:`mark_bounds`,
+            :func:`offered_load_note`, :func:`mark_batch_limits`).
 
     Returns:
         The figure; one line per group. Rows of a group that share an ``x`` value (axes not
@@ -307,8 +309,10 @@ def design_space(
         legend_outside(fig, ax)
     ax.margins(x=0.1)
     total, not_run = point_counts(results, len(runs))
-    if left_out or not_run:  # over the axes: a footnote would share the bottom with a legend
-        note = left_out_note(left_out, total, y, names, not_run=not_run)
+    offered = offered_load_note(runs, y) if marks else ""
+    if left_out or not_run or offered:  # over the axes: a footnote would share the bottom
+        left = left_out_note(left_out, total, y, names, not_run=not_run)  # with a legend
+        note = "; ".join(part for part in (left, offered) if part)
         ax.set_title(textwrap.fill(note, NOTE_CHARS), fontsize=7, color="dimgray", loc="left")
     default = f"{ylabel} vs {names[x]}"
     figure_title(fig, title or default[0].upper() + default[1:])
@@ -332,6 +336,31 @@ BOUND_MARKERS = ("s", "^", "D", "v", "P", "X", "h", "<", ">", "*", "p")
 """A marker shape per resource, in the order of ``report.bound.LABELS``."""
 
 
+OFFERED_LOAD_MARK = "offered-load-bound"
+"""A throughput point's mark where the offered load set it (``throughput_bound``
+``offered_load``): its decode step's bound says nothing of its throughput then."""
+
+
+def offered_load_bound(run: RunPoint, y: str) -> bool:
+    """Whether ``y`` is a throughput the offered load set at this point, not the machine
+    (``report.sweep_companions``; a row stored without ``throughput_bound`` never is)."""
+    return y in THROUGHPUTS and lookup(run, "throughput_bound", None) == OFFERED_LOAD
+
+
+def offered_load_note(runs: Sequence[RunPoint], y: str) -> str:
+    """The note over a throughput plot some of whose points the offered load bound (''
+    when none: a row stored without ``throughput_bound`` says nothing), so a line that
+    falls with more slots or bandwidth is not read as the machine's answer."""
+    offered = sum(offered_load_bound(run, y) for run in runs)
+    if not offered:
+        return ""
+    return (
+        f"{offered} of {len(runs)} points' {y} is set by the offered load, not the machine "
+        f"(throughput_bound {OFFERED_LOAD}; marked {OFFERED_LOAD_MARK}): offer more "
+        "(serving.arrival.rate, or serving.arrival.process: closed_loop) to compare machines"
+    )
+
+
 def mark_bounds(
     ax: Any,
     lines: Sequence[Sequence[RunPoint]],
@@ -342,16 +371,20 @@ def mark_bounds(
     """On each point of each line (the rows of one line of the plot) with a ``y`` and a
     ``decode_step.bound``, a black marker whose shape names the resource, filled where it
     binds the step and hollow where it is only the step's largest part (:func:`bound_mark`),
-    each kind once in the legend; nothing where several rows of one line share an x
-    position (an average has no one bound). Whether it marked any."""
+    or a filled circle, :data:`OFFERED_LOAD_MARK`, on a throughput the offered load set
+    (:func:`offered_load_bound`), each kind once in the legend; nothing where several rows
+    of one line share an x position (an average has no one bound). Whether it marked any."""
     placed: dict[tuple[int, float], list[tuple[float, str, str]]] = {}
     for i, members in enumerate(lines):
         for run in members:
             value = _value(run, y, scale)
             bound = lookup(run, "decode_step.bound", None)
+            if offered_load_bound(run, y):
+                bound, label = OFFERED_LOAD, OFFERED_LOAD_MARK
+            elif bound is not None:
+                label = bound_mark(str(bound), lookup(run, "decode_step.binds", None))
             if value is None or bound is None:
                 continue
-            label = bound_mark(str(bound), lookup(run, "decode_step.binds", None))
             placed.setdefault((i, at(run)), []).append((value, str(bound), label))
     kinds: dict[str, tuple[str, list[float], list[float]]] = {}
     for (_, position), points in sorted(placed.items()):

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.config.field_docs import axis_label
+from rdu_sim.report.sweep_companions import OFFERED_LOAD, companions
 from rdu_sim.report.sweep_frame import swept_axes
 
 __all__ = [
@@ -79,14 +80,21 @@ def format_metric(name: str, value: Any) -> str:
 
 
 def _metrics(frame: Any, axes: Sequence[str], named: Sequence[str] | None) -> list[str]:
-    """The spec's metrics (all it named), else the headline ones the rows hold."""
+    """The spec's metrics (all it named, then what bound a throughput among them where the
+    rows hold it: ``report.sweep_companions``, its headline columns), else the headline
+    ones the rows hold."""
     if named:
-        return [m for m in named if m in frame.columns and m not in axes]
+        bounds = [c for c in companions(named) if c in HEADLINE_METRICS]
+        return [m for m in (*named, *bounds) if m in frame.columns and m not in axes]
     return [m for m in HEADLINE_METRICS if m in frame.columns and m not in axes]
 
 
 PADDING = 3
 """Characters a column takes beside its widest cell (rich's SIMPLE_HEAD padding)."""
+
+EDGE = 1
+"""Characters the table takes beside its columns (its outer edge): a table whose columns
+filled the width exactly had its last cell cut with an ellipsis."""
 
 
 def sweep_tables(
@@ -106,7 +114,7 @@ def sweep_tables(
     if failed:
         columns["status"] = [_status(r) for r in records]
     widths = {name: max([len(name), *map(len, cells)]) + PADDING for name, cells in columns.items()}
-    lead = sum(widths[a] for a in axes)
+    lead = EDGE + sum(widths[a] for a in axes)
     chunks: list[list[str]] = [[]]
     for name in [*shown, *(["status"] if failed else [])]:
         used = lead + sum(widths[c] for c in chunks[-1])
@@ -141,6 +149,10 @@ MISSING_REASONS: tuple[tuple[str, str], ...] = (
     ),
     ("decode_step", "the run ran no decode step"),
     ("prefill_step", "the run ran no prefill step"),
+    (
+        "throughput_bound",
+        "stored by an rdu-sim that kept no bound beside a spec's metrics (--rerun keeps it)",
+    ),
     (
         "kv_pool.preemptions",
         "static slots, or a KV pool that reserves each request's pages: none preempted",
@@ -180,6 +192,7 @@ def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
                 "(--export FILE writes it; rdu_sim.sweep.load reads it)"
             )
     done = [r for r in records if r.get("status", "done") == "done"]
+    notes += offered_load_notes(done, _metrics(frame, axes, metrics))
     notes += warned_notes(done, axes)
     for metric in _metrics(frame, axes, metrics):
         if any(_missing(r[metric]) for r in done):
@@ -187,6 +200,24 @@ def table_notes(frame: Any, metrics: Sequence[str] | None = None) -> list[str]:
     if len(frame) > MAX_ROWS:
         notes.append(f"(the tables show the first {MAX_ROWS} of {len(frame)} points)")
     return notes
+
+
+def offered_load_notes(done: Sequence[dict[str, Any]], shown: Sequence[str]) -> list[str]:
+    """A note when the table shows ``throughput_bound`` and some point's is the offered
+    load: those points' throughputs measure their arrivals, not the machine, so a row with
+    more slots or bandwidth can show less (``rdu-sim run`` of the point says it in a
+    sentence)."""
+    if "throughput_bound" not in shown:
+        return []
+    offered = sum(r.get("throughput_bound") == OFFERED_LOAD for r in done)
+    if not offered:
+        return []
+    return [
+        f"throughput_bound {OFFERED_LOAD}: at {offered} of {len(done)} points the "
+        "throughput is set by the offered load, not the machine (more slots or bandwidth "
+        "cannot raise it); to compare the machines, offer more: raise serving.arrival.rate, "
+        "or keep every slot busy with serving.arrival.process: closed_loop"
+    ]
 
 
 MAX_WARNED_POINTS = 3

@@ -31,6 +31,7 @@ from rdu_sim import extras
 from rdu_sim.config.errors import ConfigError, WriteError
 from rdu_sim.config.show import cut_middle
 from rdu_sim.report.files import unwritable_problem, write_file
+from rdu_sim.report.sweep_companions import companions
 from rdu_sim.sweep.store import Store, StoreError, flat_name
 from rdu_sim.sweep.worker import covers
 
@@ -62,7 +63,8 @@ def load(
     row when it holds several). `metrics` (a spec's list) keeps only those metric columns,
     in its order, each with the names stored below it: a row another spec stored with more
     metrics adds none, so an export's columns do not depend on what else the database
-    holds; None keeps every metric the rows hold.
+    holds; a throughput brings what bound it after them (``report.sweep_companions``,
+    where the rows hold it); None keeps every metric the rows hold.
 
     Arguments are checked before anything is read (a notebook's typo is an error, not an
     empty frame): ``db`` not a path, or ``keys``/``metrics`` one str (read a character at a
@@ -195,13 +197,15 @@ def _spec_points(frame: pd.DataFrame, planned: dict[str, str] | None) -> None:
 
 def _wanted(stored: dict[str, Any], metrics: Sequence[str] | None) -> dict[str, tuple[int, Any]]:
     """The stored metrics ``metrics`` asks for (a name, or a section and every name below
-    it, as a sweep's worker keeps them: ``worker.select``), each with the place of the
-    metric that asked for it; all of them (place 0) for None."""
+    it, as a sweep's worker keeps them: ``worker.select``), then what bound a throughput
+    among them (``report.sweep_companions``: a row stored before it was kept has none),
+    each with the place of the metric that asked for it; all of them (place 0) for None."""
     if metrics is None:
         return {k: (0, v) for k, v in stored.items()}
+    asked = [*metrics, *companions(metrics)]
     kept: dict[str, tuple[int, Any]] = {}
     for name, value in stored.items():
-        place = next((i for i, m in enumerate(metrics) if covers(m, name)), None)
+        place = next((i for i, m in enumerate(asked) if covers(m, name)), None)
         if place is not None:
             kept[name] = (place, value)
     return kept

@@ -2,7 +2,8 @@
 
 `run_task` is the only function executors ship to workers (a process pool, Dask, or the
 parent itself). It catches every exception, so one bad point becomes a 'failed' Outcome and
-the sweep goes on; it selects the spec's metrics from the result so only those travel back.
+the sweep goes on; it selects the spec's metrics (and what bound a throughput among them)
+from the result so only those travel back.
 The parent alone writes the database.
 
 A signal stops a worker's batch, never the worker (``rdu_sim.interrupts``): `run_batch`
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from rdu_sim import __version__, interrupts, plugins
 from rdu_sim.input_errors import InputError
 from rdu_sim.provenance import simulator
+from rdu_sim.report.sweep_companions import companions
 from rdu_sim.sweep.key import jsonable
 
 MAX_ERROR_CHARS = 4000
@@ -192,7 +194,9 @@ def select(
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Keep the requested metrics; a path naming a mapping keeps all its leaves. A path
     inside a section this run does not have (``speculation: null`` in a run without a
-    draft) is kept as None, so points with and without the section share one sweep."""
+    draft) is kept as None, so points with and without the section share one sweep. What
+    bound a requested throughput (``report.sweep_companions``) is kept after them where the
+    result has it, never missing where it does not."""
     if metrics is None:
         return dict(flat), ()
     kept: dict[str, Any] = {}
@@ -208,6 +212,9 @@ def select(
         if not found:
             missing.append(metric)
         kept.update(found)
+    for name in companions(metrics):
+        if name in flat:
+            kept.setdefault(name, flat[name])
     return kept, tuple(missing)
 
 
