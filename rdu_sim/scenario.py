@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rdu_sim import human
 from rdu_sim.config import shipped
 from rdu_sim.config.architecture import ConfigJsonKeys, ConfigJsonModel
+from rdu_sim.config.device_reads import device_words, unread_on_device
 from rdu_sim.config.errors import CombinationError, ConfigError, ConfigIssue
 from rdu_sim.config.experts import MAX_EXPERTS, CountsLoad
 from rdu_sim.config.gpu import GpuHardwareConfig
@@ -52,6 +53,7 @@ from rdu_sim.config.overrides import (
     source_of,
     split_overrides,
     unread_overrides,
+    unread_paths,
 )
 from rdu_sim.config.stack import NO_STACK, NONE, StackConfig
 from rdu_sim.config.stack_file import runs_on_problem, stack_data, stack_path, unknown_stack
@@ -600,19 +602,48 @@ def _warn_unread(
         ("memory.weights", weights, WEIGHTS_READS[weights], UnreadFieldWarning),
         ("serving.arrival.process", process, ARRIVAL_READS[process], UnreadFieldWarning),
     ]
-    fields = set_fields(overrides)
     for chooser, choice, reads, kind in choices:
         section = chooser.rpartition(".")[0]
+        names = ", ".join(f"{section}.{name}" for name in reads or ())
+        why = f" by {chooser} {choice} (it reads {names or f'no other {section} field'})"
         for key in unread_overrides(chooser, reads, overrides):
-            names = ", ".join(f"{section}.{name}" for name in reads or ())
-            given = override_for(key, overrides) or key  # as written: serving.arrival
-            warn(
-                kind(
-                    f"{file}: {key}: {fields[key]!r} is not read by {chooser} {choice} (it "
-                    f"reads {names or f'no other {section} field'}), so it changes nothing "
-                    f"{override_note(given, source)}"
-                )
-            )
+            _warn_unread_field(key, why, overrides, file, source, kind)
+
+
+def _warn_unread_on_device(scenario: Scenario, overrides: Mapping[str, Any], source: str) -> None:
+    """A warning for each override (``overrides``: all of them, ``stack.`` ones too) of a
+    field the scenario's kind of hardware does not read (``config.device_reads``: CUDA graphs
+    on SN40L, kernel looping on a GPU at fusion auto), the rule :func:`_warn_unread` follows
+    (``config.overrides.unread_paths``): the workload file's own fields are not checked
+    either, so one file can run on both kinds (``llama3.1-70b-decode`` sets both fields)."""
+    from rdu_sim.compiler.fusion_levels import resolve_level  # (the compiler imports this)
+
+    gpu = scenario.hardware.kind == "gpu"
+    fusion = scenario.workload.fusion
+    unread = unread_on_device(gpu, fusion, resolve_level(fusion, gpu))
+    device = device_words(gpu, scenario.hardware.name)
+    for key in unread_paths(unread, overrides):
+        why = f" on {device}{unread[key]}"
+        _warn_unread_field(key, why, overrides, scenario.workload_file, source)
+
+
+def _warn_unread_field(
+    key: str,
+    why: str,
+    overrides: Mapping[str, Any],
+    file: str,
+    source: str,
+    kind: type[UnreadFieldWarning] = UnreadFieldWarning,
+) -> None:
+    """The one warning of an override at ``key`` that changes nothing (``why``: what does not
+    read it, after ``is not read``), naming the override as it was written."""
+    given = override_for(key, overrides) or key  # as written: serving.arrival
+    warn(
+        kind(
+            f"{file}: {key}: {set_fields(overrides)[key]!r} is not read{why}, so it changes "
+            f"nothing {override_note(given, source)}"
+        )
+    )
 
 
 def _read_config_json(
@@ -787,9 +818,11 @@ def build_scenario(
     workload = _switched_policy(workload, workload_overrides)
     _warn_unread(workload, workload_overrides, workload_file, source)
     try:
-        return _resolved(workload, workload_file, lines, normalized, source)
+        scenario = _resolved(workload, workload_file, lines, normalized, source)
     except ConfigError as exc:  # a rule after validation, at a field an override may have set
         raise overridden(exc, workload_file, workload_overrides, "", source) from None
+    _warn_unread_on_device(scenario, normalized, source)
+    return scenario
 
 
 def _resolved(

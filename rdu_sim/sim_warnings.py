@@ -6,7 +6,8 @@ or ``"error"`` to stop at the first) or one kind by its class; the CLI prints ea
 one rule; tests/test_sim_warnings.py checks every warning class in the package does). The
 kinds, each where its rule lives:
 
-- a field set that the choice of its section does not read: ``config.overrides.
+- a field set that the choice of its section, or the workload's kind of hardware
+  (``config.device_reads``), does not read: ``config.overrides.
   UnreadFieldWarning`` (``kv.policies.UnreadKVFieldWarning``), ``config.cluster.
   UnreadRouterFieldWarning``, a config.json's keys ``models.hf_config.UnreadKeyWarning``,
   and the keys that size a model left out ``models.hf_config.DefaultedShapeWarning``;

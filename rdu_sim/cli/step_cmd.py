@@ -38,9 +38,12 @@ of that batch runs; ``weights_hbm_bytes`` and ``weights_ddr_bytes`` where its we
 which the console says on a ``weights`` line when any are in DDR), ``bound``
 (``report.bound``: each resource's time alone as ``NAME_s``, the largest as ``resource``,
 ``host_hidden_s`` the overlapped host time the device hid, ``unaccounted_s`` the step's time
-no resource explains), ``parts`` (``report.bound.step_parts``: the step's time in parts that
-add up to ``step_s``, the binding resource's time, ``idle`` the kernels' execution it did
-not take, and the serial parts beside it: ``boundaries``, ``runtime`` the host's,
+no resource explains, ``unaccounted_in`` the part of ``parts`` it lies in, ``idle`` or
+``execution``: ``report.bound.unaccounted_part``; null when there is none, or when it is
+spread over the parts beside the binding resource's), ``parts``
+(``report.bound.step_parts``: the step's time in parts that add up to ``step_s``, the
+binding resource's time, ``idle`` the kernels' execution it did not take, and the serial
+parts beside it: ``boundaries``, ``runtime`` the host's,
 ``host_link`` the logits' trip to it, ``launch``, ``pipeline``; the console's ``the step's
 parts`` line), for a default decode step of fewer sequences than the batch slots
 ``batch_note`` (why: its paged KV pool holds no more of that context; the line under the
@@ -323,6 +326,7 @@ def _print_tables(
         others_alone,
         parts_words,
         resource_words,
+        unaccounted_words,
     )
 
     console.print(
@@ -348,12 +352,8 @@ def _print_tables(
         notes["link"] = link
     others = others_alone({name: bound[f"{name}_s"] for name in RESOURCES}, resource, notes)
     hidden = ", hidden under it" if bound["host_hidden_s"] > 0 else ""
-    rest = bound["unaccounted_s"]
-    unaccounted = (
-        f"; {human.duration(rest)} of the step is none of these resources' (unaccounted)"
-        if rest > 0
-        else ""
-    )
+    rest = unaccounted_words(bound["unaccounted_s"], bound["unaccounted_in"], data["parts"])
+    unaccounted = f"; {rest}" if rest else ""
     limit = bound[f"{resource}_s"]
     label = bound_label(limit, data["step_s"])
     of = "the step" if label == "bound by" else human.duration(data["step_s"])

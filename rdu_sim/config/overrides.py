@@ -293,7 +293,8 @@ def split_overrides(
 
 class UnreadFieldWarning(RduSimWarning):
     """An override set a field the choice its section makes does not read (``kv.policy``,
-    ``memory.weights``, ``serving.arrival.process``): it changes nothing
+    ``memory.weights``, ``serving.arrival.process``), or one the workload's kind of hardware
+    does not (``cuda_graphs`` on SN40L: ``config.device_reads``): it changes nothing
     (:func:`unread_overrides`)."""
 
 
@@ -330,13 +331,29 @@ def unread_overrides(
         return []
     read = set(reads)
     section = chooser.rpartition(".")[0] + "."
+    return unread_paths(
+        (
+            key
+            for key in set_fields(overrides)
+            if key.startswith(section)
+            and key != chooser
+            and key.removeprefix(section).split(".")[0] not in read
+        ),
+        overrides,
+    )
+
+
+def unread_paths(unread: Iterable[str], overrides: Mapping[str, Any]) -> list[str]:
+    """The fields ``overrides`` set (``set_fields``) at or inside one of the ``unread`` paths,
+    each given a value (``null`` unsets a field), in the order they were set: what
+    :func:`unread_overrides` finds in a choice's section, and the fields a workload's kind of
+    hardware does not read (``config.device_reads``). The one rule of which overrides change
+    nothing."""
+    paths = tuple(unread)
     return [
         key
         for key, value in set_fields(overrides).items()
-        if key.startswith(section)
-        and key != chooser
-        and value is not None
-        and key.removeprefix(section).split(".")[0] not in read
+        if value is not None and any(key == p or key.startswith(p + ".") for p in paths)
     ]
 
 

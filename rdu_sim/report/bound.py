@@ -39,7 +39,9 @@ overlapped time the device's step hides is ``host_hidden_s``, named but never bi
 
 The resources overlap, so their times need not add up to the step; but a step longer than
 all of them together holds time none of them explains: ``unaccounted_s`` says how much (a
-pipelined step's rest is its bubble, ``StepBound.bubble``, so it has none).
+pipelined step's rest is its bubble, ``StepBound.bubble``, so it has none). It is kernel
+execution no resource was busy for, so it lies inside one of the step's parts below (the
+binding resource's ``idle``: :func:`unaccounted_part`), never beside them.
 
 So the step report also gives the step as parts that add up to it (:func:`step_parts`,
 ``rdu-sim step``'s ``parts``), each measured: the binding resource's time, ``idle`` the
@@ -487,6 +489,42 @@ def step_parts(timing: StepTiming, bound: StepBound) -> dict[str, float]:
 
 NOISE_S = 1e-15
 """A part shorter than this (a femtosecond) is the subtraction's rounding, not time."""
+
+UNACCOUNTED_PARTS: dict[str, str] = {
+    "idle": "the binding resource idle",
+    "execution": "the kernels' execution",
+}
+"""The parts of :func:`step_parts` the unaccounted time can lie in, each in a few words
+(:func:`unaccounted_words`), in the order they are tried."""
+
+
+def unaccounted_part(parts: Mapping[str, float], unaccounted_s: float) -> str | None:
+    """The part of :func:`step_parts` (``parts``) the step's unaccounted time lies in: the
+    kernels' execution no resource was busy for, so ``idle`` (the execution the binding
+    resource did not take) or, when the bound is a serial part, the whole ``execution``;
+    None when nothing is unaccounted, or when it is longer than that part (then it is spread
+    over the parts beside the binding resource's). The one rule the step report's words and
+    its JSON (``bound.unaccounted_in``) follow, so the unaccounted time is never said to lie
+    beside parts that already add up to the step."""
+    if unaccounted_s <= 0:
+        return None
+    return next((name for name in UNACCOUNTED_PARTS if parts.get(name, 0.0) >= unaccounted_s), None)
+
+
+def unaccounted_words(unaccounted_s: float, within: str | None, parts: Mapping[str, float]) -> str:
+    """The unaccounted time in words, as the part that holds it (``within``:
+    :func:`unaccounted_part`) places it among the step's parts: ``871 us of the step is none
+    of these resources' (unaccounted, within the binding resource idle 1.37 ms of the
+    step's parts)``; '' when there is none."""
+    if unaccounted_s <= 0:
+        return ""
+    if within is None:
+        where = "spread over the step's parts beside the binding resource's own"
+    else:
+        part = f"{UNACCOUNTED_PARTS[within]} {human.duration(parts[within])}"
+        where = f"within {part} of the step's parts"
+    rest = human.duration(unaccounted_s)
+    return f"{rest} of the step is none of these resources' (unaccounted, {where})"
 
 
 def parts_words(parts: Mapping[str, float], link: str = "", term: str = "") -> str:

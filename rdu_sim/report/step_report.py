@@ -31,7 +31,7 @@ from rdu_sim.compiler.step_work import (
 from rdu_sim.config.origins import predicted_words
 from rdu_sim.engine.timing import StepTiming
 from rdu_sim.provenance import of_scenario
-from rdu_sim.report.bound import step_bound, step_parts
+from rdu_sim.report.bound import step_bound, step_parts, unaccounted_part
 from rdu_sim.scenario import Scenario
 from rdu_sim.serving.backend import EngineBackend, step_batch, step_batch_note
 from rdu_sim.serving.step_cache import StepCost
@@ -87,6 +87,7 @@ class StepReport:
         if self.batch_note is not None:
             data["batch_note"] = self.batch_note
         bound = step_bound(timing, scenario.hardware)
+        parts = step_parts(timing, bound)
         layout = scenario.workload.parallelism.layout()
         data.update(
             workload=scenario.workload.name,
@@ -99,10 +100,11 @@ class StepReport:
                 **{f"{k}_s": v for k, v in bound.times().items()},
                 "host_hidden_s": bound.host_hidden_s,
                 "unaccounted_s": bound.unaccounted_s,
+                "unaccounted_in": unaccounted_part(parts, bound.unaccounted_s),
                 "link": bound.link or None,
                 "link_term": bound.link_term or None,
             },
-            parts=step_parts(timing, bound),
+            parts=parts,
             layout=layout,
             batch_of="attention_rank" if layout["dp_attention"] > 1 else "replica",
             kv_layout=scenario.kv_policy.layout(),
