@@ -802,10 +802,13 @@ def build_scenario(
     lines: LineMap | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
     overrides_from: str = SET,
+    device_checked: Mapping[str, Any] | None = None,
 ) -> Scenario:
     """Validate workload data (already parsed) and load its hardware and stack files;
     ``overrides_from`` names where the overrides that do not say were given, for their errors
-    (``--set``, ``pools.serve.set``; ``config.overrides.origin_of``)."""
+    (``--set``, ``pools.serve.set``; ``config.overrides.origin_of``). ``device_checked``: the
+    overrides warned of when the hardware does not read them (default: all of them; a
+    scenario rebuilt with more passes only those, not its machine's and stack's own fields)."""
     lines = lines or {}
     source = origin_of(overrides, overrides_from)
     normalized = normalize_overrides(overrides, source)
@@ -821,7 +824,8 @@ def build_scenario(
         scenario = _resolved(workload, workload_file, lines, normalized, source)
     except ConfigError as exc:  # a rule after validation, at a field an override may have set
         raise overridden(exc, workload_file, workload_overrides, "", source) from None
-    _warn_unread_on_device(scenario, normalized, source)
+    checked = normalized if device_checked is None else device_checked
+    _warn_unread_on_device(scenario, checked, source)
     return scenario
 
 
@@ -1013,7 +1017,11 @@ def with_overrides(
     merged.update(added)
     kept = {k: v for k, v in scenario.overrides.items() if not k.startswith(dropped)}
     rebuilt = build_scenario(
-        data, workload_file=scenario.workload_file, overrides=merged, overrides_from=given
+        data,
+        workload_file=scenario.workload_file,
+        overrides=merged,
+        overrides_from=given,
+        device_checked=added,
     )
     earlier = source_of(scenario.overrides)
     origins = dict(given.origins) if isinstance(given, SetSource) else {}

@@ -84,3 +84,16 @@ def test_the_files_own_fields_do_not_warn() -> None:
         api.load(SEVENTY_B, {"fusion": "partial"})
         api.load(SEVENTY_B, {**H100, "cuda_graphs": False, "stack.decode_attention_split": 64})
         api.load(SEVENTY_B, {"kernel_looping": False})
+
+
+def test_a_loaded_scenario_given_more_overrides_warns_of_those_alone() -> None:
+    """A Scenario given more overrides is rebuilt with its machine's and stack's own fields
+    as overrides: each ``api.load(scenario, {...})`` on SN40L (a memory plot's every point)
+    warned of the stack's decode_attention_split, which nobody set."""
+    base = api.load(SEVENTY_B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreadFieldWarning)
+        api.load(base, {"kv.policy": "full"})
+        api.load(base, {"serving.max_context": 4096})
+    with pytest.warns(UnreadFieldWarning, match=r"stack\.decode_attention_split: 'whole'"):
+        api.load(base, {"stack.decode_attention_split": "whole"})
