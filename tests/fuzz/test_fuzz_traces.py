@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdu_sim.config.errors import ConfigError
+from rdu_sim.config.errors import MAX_ROW_ISSUES, ConfigError
 from rdu_sim.serving.traces import read_trace
 
 SETTINGS = settings(
@@ -69,7 +69,8 @@ def test_mutated_traces_are_rows_or_one_error_at_a_line(
         issue = exc.issues[0]
         assert issue.file == str(path)
         assert issue.line is not None and 1 <= issue.line <= payload.count(b"\n") + 1
-        assert len(str(exc)) < 1000
+        assert len(exc.issues) <= MAX_ROW_ISSUES + 1  # every bad row, to a cap, then a count
+        assert all(len(str(one)) < 1000 for one in exc.issues)
     else:
         assert 1 <= len(trace) <= max_rows
         assert trace.prompt_tokens.min() >= 1 and trace.output_tokens.min() >= 1
