@@ -327,7 +327,9 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
         "output tokens' decode steps, taking the device in turn with every slot busy. A "
         "serving run can differ, where the batch fills and drains, prompts and outputs vary "
         "and each context grows (rdu-sim run times one). There the paged KV cache of dgx-h100 "
-        "reads each sequence's own context."
+        "reads each sequence's own context. The workload's typical request ends at 2,880 "
+        "tokens (2,304 prompt, 576 output), under half that context: --context 2880 compares "
+        "the decode step at its length."
     )
     assert result.to_dict()["scope"] == result.scope
     printed = CliRunner().invoke(
@@ -342,15 +344,23 @@ def test_the_verdicts_say_they_compare_one_step_at_one_context() -> None:
         "own context."
     )
     assert compare(WORKLOAD, [SN40L_8]).scope == ""
+    # the typical request said at the default context only, and only under half of it
+    sn40l, h100 = result.columns
+    assert "typical request ends" not in scope([sn40l, h100], context_given=True)
+    longer = [dataclasses.replace(c, output_tokens=1_300) for c in (sn40l, h100)]
+    assert "typical request ends at 3,604 tokens" in scope(longer)  # 3,604 of 8,192
+    assert "typical request ends" not in scope(
+        [dataclasses.replace(c, output_tokens=1_800) for c in (sn40l, h100)]  # 4,104
+    )
     # several paged but not all: the machines joined in words, in a sentence of its own
     sn40l, h100 = result.columns
     h200 = dataclasses.replace(h100, label="dgx-h200")
-    assert scope([sn40l, h100, h200]).endswith(
+    assert scope([sn40l, h100, h200], context_given=True).endswith(
         "(rdu-sim run times one). There the paged KV caches of dgx-h100 and dgx-h200 read "
         "each sequence's own context."
     )
     three = [sn40l, h100, h200, dataclasses.replace(h100, label="h20, tp=4")]
-    assert scope(three).endswith(
+    assert scope(three, context_given=True).endswith(
         "There the paged KV caches of dgx-h100; dgx-h200 and h20, tp=4 read each sequence's "
         "own context."
     )

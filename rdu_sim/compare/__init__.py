@@ -266,7 +266,7 @@ def compare(
         columns,
         tuple(lines),
         tuple(verdicts(columns)),
-        scope(columns),
+        scope(columns, context_given=context is not None),
     )
 
 

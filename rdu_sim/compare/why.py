@@ -706,13 +706,15 @@ def _hbm_holds(a: Column, b: Column) -> str:
     )
 
 
-def scope(columns: Sequence[Column]) -> str:
+def scope(columns: Sequence[Column], context_given: bool = False) -> str:
     """What every verdict compares, in one line, when two variants or more fit: one decode
     step each with every slot at one context (its bucket) and the typical prefill, tokens/s
     of the decode step alone and served with prefill included (``compare.served_rate``),
     which a serving run need not match: there the batch fills and drains, lengths vary,
     and a stack with a paged KV cache (a GPU's) reads each sequence's own context;
-    ``rdu-sim run`` times that."""
+    ``rdu-sim run`` times that. At the default context (not ``context_given``), a typical
+    request ending under half of it is said, with the ``--context`` that times it
+    (:func:`_typical_end`)."""
     fitting = [c for c in columns if c.fits and c.context is not None]
     if len(fitting) < 2:
         return ""
@@ -730,13 +732,37 @@ def scope(columns: Sequence[Column]) -> str:
     else:
         whose = f"the paged KV caches of {_in_words([c.label for c in paged])} read"
     reads = f" There {whose} each sequence's own context." if paged else ""
+    typical = "" if context_given else _typical_end(fitting)
     return (
         f"Each verdict compares one decode step with every slot at {held}, and the typical "
         "request's prefill: decode-step tokens/s are that step's alone, served tokens/s "
         "(prefill included) add each request's prefill beside its output tokens' decode "
         "steps, taking the device in turn with every slot busy. A serving run can differ, "
         "where the batch fills and drains, prompts and outputs vary and each context "
-        f"grows (rdu-sim run times one).{reads}"
+        f"grows (rdu-sim run times one).{reads}{typical}"
+    )
+
+
+def _typical_end(fitting: Sequence[Column]) -> str:
+    """`` The typical request ends at N tokens ...`` when it ends under half the smallest
+    context compared (the default: the longest cache the KV policy keeps, which a workload
+    whose ``serving.max_context`` is far above its requests never reaches), with the
+    ``--context`` that times its decode step; nothing otherwise."""
+    ends = [
+        (c.prefill_tokens + c.output_tokens, c.prefill_tokens, c.output_tokens)
+        for c in fitting
+        if c.prefill_tokens is not None and c.output_tokens is not None
+    ]
+    contexts = [c.context for c in fitting if c.context is not None]
+    if not ends or not contexts:
+        return ""
+    end, prompt, output = max(ends)
+    if 2 * end > min(contexts):
+        return ""
+    return (
+        f" The workload's typical request ends at {end:,} tokens ({prompt:,} prompt, "
+        f"{output:,} output), under half that context: --context {end} compares the "
+        "decode step at its length."
     )
 
 
