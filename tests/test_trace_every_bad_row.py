@@ -100,3 +100,26 @@ def test_check_of_a_workload_says_its_trace_rows_out_of_time_order(tmp_path: Pat
     late = "1 out of time order (arriving before a row above them; a run replays them by arrival)"
     assert f"    trace ooo.csv: of the rows its run uses, {late}\n" in result.stdout
     assert f"request trace: 3 rows with arrival_s, {late}\n" in result.stdout
+
+
+def test_a_run_replaying_a_trace_says_its_rows_out_of_time_order(tmp_path: Path) -> None:
+    """A lone run replayed 0.0, 1.0, 0.2 by arrival and said nothing (a cluster counted
+    them); its report has the row and its JSON ``out_of_order_rows``, 0 when sorted."""
+    from rdu_sim import api
+
+    (tmp_path / "ooo.csv").write_text(HEADER + "0.0,10,5\n1.0,10,20\n0.2,10,5\n1.5,10,5\n")
+    (tmp_path / "sorted.csv").write_text(HEADER + "0.0,10,5\n0.2,10,5\n1.0,10,20\n")
+    workload = ROOT / "workloads" / "llama3.1-8b-1socket.yaml"
+    given = {"serving.requests": 3, "serving.arrival.process": "poisson"}
+    replayed = api.run(workload, {**given, "serving.trace": str(tmp_path / "ooo.csv")})
+    assert replayed.to_dict()["out_of_order_rows"] == 1  # of the 3 rows the run uses
+    ordered = api.run(workload, {**given, "serving.trace": str(tmp_path / "sorted.csv")})
+    assert ordered.to_dict()["out_of_order_rows"] == 0
+    result = CliRunner().invoke(
+        cli,
+        ["run", str(workload), "--set", f"serving.trace={tmp_path / 'ooo.csv'}"]
+        + [f"--set={k}={v}" for k, v in given.items()],
+    )
+    assert result.exit_code == 0, result.output
+    assert "trace rows out of time order" in result.stdout
+    assert "1 (arrive before a row above them; the run replays them by arrival)" in result.stdout

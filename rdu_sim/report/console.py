@@ -550,6 +550,7 @@ def serving_table(result: RunSummary) -> Table:
             f"{result.requests_completed:,} of {human.count(result.requests, 'request')}",
         ),
         *truncated_rows(result),
+        *out_of_order_rows(result),
         ("output tokens", f"{result.output_tokens:,}"),
         ("makespan (first arrival to last token)", human.duration(result.makespan_s)),
         (ALL_USERS, all_users_rate(result)),
@@ -593,6 +594,20 @@ def truncated_rows(result: RunSummary) -> list[tuple[str, str]]:
     reason = f"prompt + output over serving.max_context, {result.max_context:,} tokens"
     took = tokens_cut_words(result.prompt_tokens_truncated, result.output_tokens_truncated)
     return [("requests truncated", f"{result.requests_truncated:,} ({reason}), cut to fit: {took}")]
+
+
+def out_of_order_rows(result: RunSummary) -> list[tuple[str, str]]:
+    """The replayed trace's rows out of time order, as a cluster's report says them (none:
+    no row)."""
+    if not result.out_of_order_rows:
+        return []
+    return [
+        (
+            "trace rows out of time order",
+            f"{result.out_of_order_rows:,} (arrive before a row above them; the run replays "
+            "them by arrival)",
+        )
+    ]
 
 
 def tokens_cut_words(prompt_tokens: int, output_tokens: int) -> str:

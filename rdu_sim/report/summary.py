@@ -19,6 +19,8 @@ Definitions (docs/serving.md repeats them for users):
   cut to fit a slot (``serving.requests.cut_to_context``); a lone run rejects none.
   ``prompt_tokens_truncated``, ``output_tokens_truncated``: the tokens those cuts took, asked
   for and never served (``output_tokens`` and the rates count only what was served).
+  ``out_of_order_rows``: the replayed trace's rows that arrive before a row above them, which
+  the run replays by arrival (0 without a trace replayed by arrival).
 - ``makespan_s``: first arrival to last completion. ``utilization`` (``hbm``: HBM bytes moved
   over what the peak bandwidth could move; ``pcu``: PCU-time busy; ``flops``: matrix FLOPs
   over what the peak FLOP/s could do) is time-weighted over every step run, divided by the
@@ -618,6 +620,9 @@ class RunSummary:
     kv_pool: KVPoolSummary | None = None  # a paged KV cache's pool (absent from the JSON else)
     # weights held whole on every device beyond their slices (absent from the JSON else)
     weight_replicas: WeightReplicas | None = None
+    # a replayed trace's rows arriving before a row above them, replayed by arrival (0: none,
+    # or no trace replayed; a leaf every result holds, as ``predicted``)
+    out_of_order_rows: int = 0
     # hardware predicted, not measured (``config.origins.predicted_words``: its device
     # differs from the machine whose fitted values it keeps); None (JSON null) else, a leaf
     # every result holds (``sweep.run.full_names``)
@@ -949,5 +954,6 @@ def summarize(run: ServingRun) -> RunSummary:
         speculation=speculation,
         kv_pool=kv_pool_summary(run, makespan),
         weight_replicas=WeightReplicas.of(run.placement),
+        out_of_order_rows=run.requests_in.out_of_order,
         predicted=predicted_words(scenario.hardware_file),
     )

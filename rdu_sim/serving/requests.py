@@ -35,6 +35,7 @@ from rdu_sim.config.workload import (
 )
 from rdu_sim.serving.clock import MAX_ARRIVAL_S
 from rdu_sim.serving.traces import read_trace
+from rdu_sim.serving.traces.table import out_of_order
 from rdu_sim.sim_warnings import RduSimWarning
 
 Length = FixedLength | UniformLength | LognormalLength
@@ -59,6 +60,9 @@ class RequestSet:
     output_tokens_cut: int = 0
     # the longest prompt + output a cut request asked for (0: none was cut)
     longest_cut: int = 0
+    # the replayed trace's rows (those used) that arrive before a row above them: the run
+    # replays them by arrival (``traces.table.out_of_order``; 0 without a replay)
+    out_of_order: int = 0
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -208,6 +212,7 @@ def make_requests(
     arrival: NDArray[np.float64] | None
     acceptance: NDArray[np.float64] | None = None
     experts: NDArray[np.int64] | None = None
+    unordered = 0
     if serving.trace is not None:
         path = shipped.trace_path(base_dir, serving.trace)
         trace = read_trace(
@@ -233,6 +238,7 @@ def make_requests(
                     f"poisson arrivals with trace {serving.trace!r} need "
                     "an arrival_s column (or use closed_loop)",
                 )
+            unordered = out_of_order(trace.arrival_s[:n])
             order = np.argsort(trace.arrival_s[:n], kind="stable")
             arrival, prompt, output = trace.arrival_s[:n][order], prompt[order], output[order]
             acceptance = None if acceptance is None else acceptance[order]
@@ -275,6 +281,7 @@ def make_requests(
         cut.prompt_tokens_cut,
         cut.output_tokens_cut,
         cut.longest,
+        unordered,
     )
 
 
