@@ -78,7 +78,7 @@ def _read_trace(
     return read_trace(path, workload_file, EVERY_ROW, format, None, experts)
 
 
-def _check_plan(scenario: Any, trace: Any) -> None:
+def _check_plan(scenario: Any, trace: Any) -> Any:
     """A workload as its run begins (``serving.run.plan_capacity``, what the run's plan
     calls): its batch capacity and memory plan (a separate draft's too), or a Composition of
     Experts' own plan (the router and an expert in HBM, every expert in DDR) and its
@@ -86,7 +86,8 @@ def _check_plan(scenario: Any, trace: Any) -> None:
     its decode step at its batch slots and longest context compiled (a kernel's stages and
     buffers against the socket's PCUs, PMUs and SRAM, ``compiler.errors.at_hardware``);
     refused in the run's words, nothing simulated; a large share of its requests cut to the
-    context said as its run's warning (``_warn_truncated``)."""
+    context said as its run's warning (``_warn_truncated``). Returns the requests its run
+    makes (``serving.requests.RequestSet``)."""
     from rdu_sim.serving.backend import EngineBackend
     from rdu_sim.serving.run import plan_capacity
 
@@ -111,6 +112,7 @@ def _check_plan(scenario: Any, trace: Any) -> None:
 
         check_pool(scenario, placement.kv_pool, requests.prompt_tokens, requests.output_tokens)
     _warn_truncated(scenario, requests)
+    return requests
 
 
 def _warn_truncated(scenario: Any, requests: Any) -> None:
@@ -125,13 +127,10 @@ def _warn_truncated(scenario: Any, requests: Any) -> None:
         warn(TruncatedRequestsWarning(f"{scenario.workload_file}: {words}"))
 
 
-def _late_words(arrival_s: Any) -> str:
+def _late_words(unordered: int) -> str:
     """``N out of time order (...)`` for trace rows that arrive before a row above them
     (``traces.table.out_of_order``: accepted, a run replays them by arrival, as a cluster
-    counts them), "" when none do or the rows have no arrival times."""
-    from rdu_sim.serving.traces.table import out_of_order
-
-    unordered = 0 if arrival_s is None else out_of_order(arrival_s)
+    counts them), "" when none do."""
     if not unordered:
         return ""
     return (
@@ -178,11 +177,9 @@ def _check_data(path: Path, data: Any, lines: LineMap) -> str:
             path = shipped.trace_path(scenario.base_dir, serving.trace)
             bound = trace_experts(workload.coe)
             trace = _read_trace(path, file, serving.trace_format, bound)
-        _check_plan(scenario, trace)  # what its run refuses before simulating
+        requests = _check_plan(scenario, trace)  # what its run refuses before simulating
         predicted = predicted_words(scenario.hardware_file)  # as its run will say it
-        late = ""
-        if trace is not None and serving.arrival.process == "poisson":  # replayed by arrival
-            late = _late_words(trace.arrival_s[: serving.requests])
+        late = _late_words(requests.out_of_order)  # of the rows its run replays by arrival
         return (
             f"workload {workload.name!r}: {scenario.model.name} on "
             f"{scenario.hardware.name} ({describe_layout(workload.parallelism.layout())}, "
@@ -284,8 +281,10 @@ def check_file(path: Path, measured: list[Row] | None = None) -> str:
             metrics = ", ".join(sorted({point.metric for point in points}))
             return f"measurement file: {human.count(len(points), 'measured row')} ({metrics})"
     if path.suffix.lower() in TRACE_SUFFIXES:  # any format, through the one trace reader
+        from rdu_sim.serving.traces.table import out_of_order
+
         trace = _read_trace(path)
-        late = _late_words(trace.arrival_s)
+        late = _late_words(0 if trace.arrival_s is None else out_of_order(trace.arrival_s))
         late = f", {late}" if late else ""
         if trace.format not in ("csv", "jsonl"):  # Azure, Mooncake, BurstGPT
             skipped = f", {trace.skipped:,} failed rows skipped" if trace.skipped else ""
