@@ -55,7 +55,7 @@ from rdu_sim.report.plots_style import (
     whole_run_key,
 )
 from rdu_sim.report.summary import UTILIZATION_LABELS
-from rdu_sim.report.sweep_companions import OFFERED_LOAD, THROUGHPUTS
+from rdu_sim.report.sweep_companions import OFFER_MORE, OFFERED_LOAD, THROUGHPUTS
 from rdu_sim.report.sweep_frame import cell_key as _key
 from rdu_sim.report.sweep_frame import swept_axes
 from rdu_sim.report.sweep_table import failure_words
@@ -356,8 +356,8 @@ def offered_load_note(runs: Sequence[RunPoint], y: str) -> str:
         return ""
     return (
         f"{offered} of {len(runs)} points' {y} is set by the offered load, not the machine "
-        f"(throughput_bound {OFFERED_LOAD}; marked {OFFERED_LOAD_MARK}): offer more "
-        "(serving.arrival.rate, or serving.arrival.process: closed_loop) to compare machines"
+        f"(throughput_bound {OFFERED_LOAD}; marked {OFFERED_LOAD_MARK}); to compare the "
+        f"machines, offer more: {OFFER_MORE}"
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["COMPANIONS", "OFFERED_LOAD", "THROUGHPUTS", "companions"]
+__all__ = ["COMPANIONS", "OFFERED_LOAD", "OFFER_MORE", "THROUGHPUTS", "companions"]
 
 THROUGHPUTS = ("decode_tokens_per_s", "steady_decode_tokens_per_s")
 """The metrics whose value a bound explains: a run's decode throughputs."""
@@ -27,6 +27,12 @@ part (a plot's marker is filled or hollow by it)."""
 
 OFFERED_LOAD = "offered_load"
 """``throughput_bound`` of a point whose throughput measures its arrivals, not the machine."""
+
+OFFER_MORE = (
+    "raise serving.arrival.rate, or keep every slot busy with serving.arrival.process: closed_loop"
+)
+"""How to make such a point's throughput the machine's: the advice the sweep's table and
+plot both give."""
 
 
 def companions(metrics: Sequence[str] | None) -> tuple[str, ...]:

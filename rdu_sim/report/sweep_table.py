@@ -20,7 +20,7 @@ from rich.table import Table
 
 from rdu_sim import human
 from rdu_sim.config.field_docs import axis_label
-from rdu_sim.report.sweep_companions import OFFERED_LOAD, companions
+from rdu_sim.report.sweep_companions import OFFER_MORE, OFFERED_LOAD, companions
 from rdu_sim.report.sweep_frame import swept_axes
 
 __all__ = [
@@ -215,8 +215,7 @@ def offered_load_notes(done: Sequence[dict[str, Any]], shown: Sequence[str]) -> 
     return [
         f"throughput_bound {OFFERED_LOAD}: at {offered} of {len(done)} points the "
         "throughput is set by the offered load, not the machine (more slots or bandwidth "
-        "cannot raise it); to compare the machines, offer more: raise serving.arrival.rate, "
-        "or keep every slot busy with serving.arrival.process: closed_loop"
+        f"cannot raise it); to compare the machines, offer more: {OFFER_MORE}"
     ]
 
 

@@ -148,16 +148,15 @@ def _refuse_unknown_metrics(metrics: Sequence[str] | None, held: set[str]) -> No
     knows its names only from a result (no schema)."""
     from rdu_sim.sweep.evaluators import evaluator_names, get_evaluator
 
-    if not metrics:
+    unheld = [m for m in metrics or () if not any(covers(m, name) for name in held)]
+    if not unheld:  # (the usual case: no schema is built)
         return
     entries = [get_evaluator(name) for name in evaluator_names()]
     schemas = [entry.result() for entry in entries if entry.result is not None]
     if len(schemas) < len(entries):
         return
     problems = []
-    for metric in metrics:
-        if any(covers(metric, name) for name in held):
-            continue
+    for metric in unheld:
         words = [schema.problem(metric) for schema in schemas]
         if all(word is not None for word in words):
             problems.append(str(words[0]))
